@@ -1,0 +1,148 @@
+"""Backend loading: a built-in name, a ``module:attr`` factory, or an entry point.
+
+A backend is a factory ``ExecutorConfig -> Executor``. It may carry two
+declarations the suite reads:
+
+- ``unsupported``: ``{clause id or capability: reason}``, the clauses it does
+  not honour (reported apart from failures);
+- ``world_sizes``: the world sizes it can run (default: any).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from harness.contract import CLAUSES, Backend
+
+__all__ = [
+    "BUILTIN_BACKENDS",
+    "BackendUnavailableError",
+    "LoadedBackend",
+    "available_backends",
+    "load_backend",
+]
+
+ENTRY_POINT_GROUP = "harness.backends"
+
+#: name -> (factory "module:attr", install hint when its module is missing)
+BUILTIN_BACKENDS: Mapping[str, tuple[str, str]] = {
+    "uni": ("harness.executors.uniproc:create", ""),
+    "mp": ("harness.executors.multiproc:create", ""),
+}
+
+#: Optional capabilities a backend may declare missing, with the clause they belong to.
+CAPABILITIES: Mapping[str, str] = {
+    "gc_shutdown": "C12",
+    "init_failure_injection": "C22",
+    "closures": "C3",
+}
+
+
+class BackendUnavailableError(ImportError):
+    """A known backend whose optional dependency is not installed."""
+
+
+@dataclass(frozen=True)
+class LoadedBackend:
+    """A factory with its declarations, as the suite uses it."""
+
+    name: str
+    factory: Backend
+    unsupported: Mapping[str, str] = field(default_factory=dict)
+    world_sizes: tuple[int, ...] | None = None
+
+    def declared(self, clause: str) -> str | None:
+        """The declared reason ``clause`` is not supported, or None."""
+        return self.unsupported.get(clause)
+
+    def supports_world_size(self, n: int) -> bool:
+        return self.world_sizes is None or n in self.world_sizes
+
+
+def _import_attr(spec: str, where: str) -> Any:
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"backend {spec!r} from {where}: expected 'module:attr'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ImportError(f"backend {spec!r} from {where}: cannot import {module_name!r}: {exc}") from exc
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ImportError(
+                f"backend {spec!r} from {where}: module {module_name!r} has no attribute {attr!r}"
+            ) from None
+    return obj
+
+
+def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
+    return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def available_backends() -> list[str]:
+    """Built-in names and entry-point names, sorted."""
+    return sorted(set(BUILTIN_BACKENDS) | set(_entry_points()))
+
+
+def _validate_declarations(
+    name: str, unsupported: Any, world_sizes: Any
+) -> tuple[dict[str, str], tuple[int, ...] | None]:
+    if not isinstance(unsupported, Mapping):
+        raise TypeError(f"backend {name!r}: 'unsupported' must map clause ids to reasons, got {unsupported!r}")
+    out = {}
+    for key, reason in unsupported.items():
+        if key not in CLAUSES and key not in CAPABILITIES:
+            raise ValueError(
+                f"backend {name!r}: 'unsupported' names {key!r}, which is neither a clause "
+                f"(C1..C{len(CLAUSES)}) nor a capability ({', '.join(CAPABILITIES)})"
+            )
+        if not isinstance(reason, str) or not reason.strip():
+            raise ValueError(f"backend {name!r}: the reason declared for {key!r} must be a non-empty string")
+        out[key] = reason
+    if world_sizes is not None:
+        ws = tuple(world_sizes)
+        if not ws or not all(isinstance(n, int) and n >= 1 for n in ws):
+            raise ValueError(f"backend {name!r}: 'world_sizes' must be ints >= 1, got {world_sizes!r}")
+        return out, ws
+    return out, None
+
+
+def load_backend(spec: str, extra_unsupported: Mapping[str, str] | None = None) -> LoadedBackend:
+    """Resolve a backend by built-in name, ``module:attr``, or entry-point name."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"backend must be a non-empty string, got {spec!r}")
+    spec = spec.strip()
+    if spec in BUILTIN_BACKENDS:
+        target, hint = BUILTIN_BACKENDS[spec]
+        try:
+            factory = _import_attr(target, f"built-in backend {spec!r}")
+        except ImportError as exc:
+            raise BackendUnavailableError(
+                f"backend {spec!r} is not available: {exc}" + (f"; install it with: {hint}" if hint else "")
+            ) from exc
+    elif ":" in spec:
+        factory = _import_attr(spec, "the command line")
+    else:
+        eps = _entry_points()
+        if spec not in eps:
+            raise ValueError(
+                f"unknown backend {spec!r}: known backends are {', '.join(available_backends())}, "
+                "or name a factory as 'module:attr'"
+            )
+        factory = eps[spec].load()
+    if not callable(factory):
+        raise TypeError(f"backend {spec!r}: {factory!r} is not callable")
+    unsupported, world_sizes = _validate_declarations(
+        spec, getattr(factory, "unsupported", {}) or {}, getattr(factory, "world_sizes", None)
+    )
+    if extra_unsupported:
+        more, _ = _validate_declarations(spec, extra_unsupported, None)
+        unsupported.update(more)
+    return LoadedBackend(spec, cast(Backend, factory), unsupported, world_sizes)

@@ -1,0 +1,247 @@
+"""Latency benchmark: the round trip of an empty ``collective_rpc``, with yardsticks.
+
+Measured in one run, so that ratios hold on a shared, noisy machine:
+
+- ``floor``: a bare shared-memory ping-pong between the caller and the workers
+  (spinning on a counter, no pickling): what the hardware allows;
+- ``naive``: one ``multiprocessing.Pipe`` per worker and a reader thread in the
+  caller that completes a future: the obvious design;
+- any backend (``mp`` by default): ``collective_rpc("ping")``... or rather an
+  empty module-level callable, which every backend must run.
+
+Also measured: the caller's CPU use while an executor sits idle (C19).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import multiprocessing
+import multiprocessing.connection
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from multiprocessing import shared_memory
+from typing import Any
+
+from harness import probes
+from harness.backends import load_backend
+from harness.contract import ExecutorConfig
+from harness.shm import buffer_of
+
+__all__ = ["LatencyResult", "idle_cpu", "measure_backend", "measure_floor", "measure_naive", "run"]
+
+
+@dataclass
+class LatencyResult:
+    name: str
+    world_size: int
+    median_us: float
+    p90_us: float
+    samples: int
+
+    def line(self) -> str:
+        return (
+            f"{self.name:<8} ws={self.world_size}  median {self.median_us:8.1f} us   "
+            f"p90 {self.p90_us:8.1f} us   (n={self.samples})"
+        )
+
+
+def _summarise(name: str, world_size: int, seconds: Sequence[float]) -> LatencyResult:
+    ordered = sorted(seconds)
+    p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+    return LatencyResult(name, world_size, statistics.median(ordered) * 1e6, p90 * 1e6, len(ordered))
+
+
+def _time_calls(call: Callable[[], Any], iters: int, warmup: int) -> list[float]:
+    for _ in range(warmup):
+        call()
+    out = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        call()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+# ---- floor: shared-memory ping-pong ---------------------------------------------
+
+
+def _floor_worker(name: str, rank: int, world_size: int) -> None:
+    shm = shared_memory.SharedMemory(name=name)
+    view = buffer_of(shm).cast("q")
+    seen = 0
+    try:
+        while True:
+            seq = view[0]
+            if seq == seen:
+                os.sched_yield()
+                continue
+            if seq < 0:
+                return
+            seen = seq
+            view[1 + rank] = seq
+    finally:
+        view.release()
+        shm.close()
+
+
+def measure_floor(world_size: int, iters: int, warmup: int) -> LatencyResult:
+    shm = shared_memory.SharedMemory(create=True, size=8 * (1 + world_size))
+    view = buffer_of(shm).cast("q")
+    for i in range(1 + world_size):
+        view[i] = 0
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_floor_worker, args=(shm.name, r, world_size)) for r in range(world_size)]
+    for p in procs:
+        p.start()
+    seq = 0
+
+    def ping() -> None:
+        nonlocal seq
+        seq += 1
+        view[0] = seq
+        for r in range(world_size):
+            while view[1 + r] != seq:
+                os.sched_yield()
+
+    try:
+        return _summarise("floor", world_size, _time_calls(ping, iters, warmup))
+    finally:
+        view[0] = -1
+        for p in procs:
+            p.join(10)
+            if p.exitcode is None:
+                p.kill()
+                p.join()
+        view.release()
+        shm.close()
+        shm.unlink()
+
+
+# ---- naive: a pipe per worker and a reader thread --------------------------------
+
+
+def _naive_worker(conn: multiprocessing.connection.Connection, rank: int) -> None:
+    while True:
+        msg = conn.recv()
+        if msg is None:
+            return
+        conn.send((msg, rank))
+
+
+def measure_naive(world_size: int, iters: int, warmup: int) -> LatencyResult:
+    ctx = multiprocessing.get_context("spawn")
+    pipes = [ctx.Pipe() for _ in range(world_size)]
+    procs = [ctx.Process(target=_naive_worker, args=(child, r)) for r, (_, child) in enumerate(pipes)]
+    for p in procs:
+        p.start()
+    conns = [parent for parent, _ in pipes]
+    pending: dict[int, tuple[concurrent.futures.Future[list[Any]], dict[int, Any]]] = {}
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def reader() -> None:
+        while not stop.is_set():
+            for conn in multiprocessing.connection.wait(conns, timeout=0.1):
+                call_id, rank = conn.recv()  # type: ignore[union-attr,call-arg]
+                with lock:
+                    fut, got = pending[call_id]
+                    got[rank] = rank
+                    if len(got) == world_size:
+                        del pending[call_id]
+                        fut.set_result([got[r] for r in range(world_size)])
+
+    thread = threading.Thread(target=reader, daemon=True)
+    thread.start()
+    next_id = 0
+
+    def call() -> None:
+        nonlocal next_id
+        fut: concurrent.futures.Future[list[Any]] = concurrent.futures.Future()
+        with lock:
+            pending[next_id] = (fut, {})
+        for c in conns:
+            c.send(next_id)
+        next_id += 1
+        fut.result()
+
+    try:
+        return _summarise("naive", world_size, _time_calls(call, iters, warmup))
+    finally:
+        stop.set()
+        thread.join()
+        for c in conns:
+            c.send(None)
+        for p in procs:
+            p.join(10)
+        for c in conns:
+            c.close()
+
+
+# ---- a backend --------------------------------------------------------------------
+
+
+def measure_backend(backend: str, world_size: int, iters: int, warmup: int) -> LatencyResult:
+    loaded = load_backend(backend)
+    with loaded.factory(ExecutorConfig(world_size)) as ex:
+        return _summarise(backend, world_size, _time_calls(lambda: ex.collective_rpc(probes.noop), iters, warmup))
+
+
+def idle_cpu(backend: str, world_size: int, seconds: float) -> float:
+    """Percent of one core the caller's process uses while the executor sits idle."""
+    loaded = load_backend(backend)
+    with loaded.factory(ExecutorConfig(world_size)) as ex:
+        ex.collective_rpc(probes.noop)
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        c0 = time.process_time()
+        time.sleep(seconds)
+        used = time.process_time() - c0
+        return 100.0 * used / (time.monotonic() - t0)
+
+
+def run(
+    backends: Sequence[str] = ("mp",),
+    world_sizes: Sequence[int] = (1, 2, 4),
+    iters: int = 2000,
+    warmup: int = 200,
+    idle_s: float = 5.0,
+    out: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Measure everything in one run; print a table with ratios; return the figures."""
+    results: list[LatencyResult] = []
+    ratios: list[dict[str, Any]] = []
+    for ws in world_sizes:
+        floor = measure_floor(ws, iters, warmup)
+        naive = measure_naive(ws, iters, warmup)
+        results += [floor, naive]
+        out(floor.line())
+        out(naive.line())
+        for b in backends:
+            r = measure_backend(b, ws, iters, warmup)
+            results.append(r)
+            ratio = {
+                "backend": b,
+                "world_size": ws,
+                "speedup_vs_naive": naive.median_us / r.median_us,
+                "ratio_to_floor": r.median_us / floor.median_us,
+            }
+            ratios.append(ratio)
+            out(
+                r.line() + f"   {ratio['speedup_vs_naive']:.2f}x faster than naive, "
+                f"{ratio['ratio_to_floor']:.1f}x the floor"
+            )
+    idle = {}
+    for b in backends:
+        idle[b] = idle_cpu(b, max(world_sizes), idle_s)
+        out(f"idle caller CPU ({b}, ws={max(world_sizes)}, {idle_s:g} s): {idle[b]:.2f} % of one core")
+    return {
+        "results": [asdict(r) for r in results],
+        "ratios": ratios,
+        "idle_cpu_percent": idle,
+        "iters": iters,
+        "cpu_count": os.cpu_count(),
+    }

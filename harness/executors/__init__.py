@@ -1,0 +1,1 @@
+"""Built-in executor backends, one module each. Import the one you need."""

@@ -1,0 +1,466 @@
+"""``mp``: the reference executor. One worker process per rank, driven from the caller's thread.
+
+Data flow::
+
+    caller thread ─ collective_rpc ─► request ring (shm, 1 writer → N readers) ─► worker 0 … N-1
+         ▲            │ one write per call, any world size;          + 1 wake-up byte per worker
+         │            ▼ pending call registered                                     │
+         └─ FutureQueue: FIFO, drained inside result() on the caller's thread ◄─ reply pipe per rank
+
+    monitor thread: blocks on the worker sentinels (no spinning); on a death it
+    fails every pending call and runs the failure callbacks, once.
+    death pipe: the workers hold its read end; when the caller closes it or
+    dies, every worker exits at once (C9, C13).
+
+Nothing here listens on a socket: the process group meets through a file store
+in a private temporary folder, and gloo is pinned to loopback (C23).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.connection
+import os
+import pickle
+import selectors
+import shutil
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from multiprocessing.context import BaseContext
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from harness.contract import (
+    ExecutorConfig,
+    ExecutorError,
+    ExecutorShutdownError,
+    RPCTimeoutError,
+    SerializationError,
+    WorkerDiedError,
+    WorkerInitError,
+    method_name,
+)
+from harness.executors._validate import validate_call
+from harness.futures import FutureQueue, Reply
+from harness.shm import RingReader, RingWriter
+from harness.worker import SHUTDOWN_CALL_ID, WorkerSpec, encode_request, worker_main
+
+__all__ = ["MultiprocExecutor", "create"]
+
+_GRACEFUL_EXIT_S = 2.0
+_FORCED_EXIT_S = 3.0
+# While the request ring is full, how long one wait for replies may block before
+# the ring is looked at again (workers free slots without replying).
+_RING_FULL_WAIT_S = 0.002
+# Slots of each rank's reply ring (each of the request ring's slot size).
+_REPLY_SLOTS = 8
+
+
+class _Group:
+    """Everything one executor owns. Kept apart from the executor object so that
+    ``weakref.finalize`` can close it when the executor is dropped (C12)."""
+
+    def __init__(
+        self,
+        config: ExecutorConfig,
+        ring_slots: int,
+        slot_size: int,
+        spin_s: float,
+        worker_spin_s: float,
+    ) -> None:
+        self.config = config
+        self.spin_s = spin_s
+        self.worker_spin_s = worker_spin_s
+        self.closed = False
+        self._close_lock = threading.Lock()
+        self.callbacks: list[Callable[[], None]] = []
+        self._callbacks_lock = threading.Lock()
+        self.failure: WorkerDiedError | None = None
+        self.processes: list[BaseProcess] = []
+        self.pids: list[int | None] = []
+        self.tmpdir = tempfile.mkdtemp(prefix="harness-mp-")
+        self.ring = RingWriter(config.world_size, ring_slots, slot_size)
+        # Reply rings: created (and unlinked) here, written by the workers.
+        self.reply_owners: list[RingWriter] = []
+        self.reply_readers: list[RingReader] = []
+        for _ in range(config.world_size):
+            owner = RingWriter(1, _REPLY_SLOTS, slot_size)
+            self.reply_owners.append(owner)
+            self.reply_readers.append(RingReader(owner.handle, 0))
+        self.queue = FutureQueue(self._receive)
+        self.selector: selectors.BaseSelector | None = None
+        self.wake_conns: list[multiprocessing.connection.Connection] = []
+        self.death_w: multiprocessing.connection.Connection | None = None
+        self.notify_r: multiprocessing.connection.Connection | None = None
+        self.monitor: threading.Thread | None = None
+        self._stop_r, self._stop_w = os.pipe()
+
+    # ---- start-up ---------------------------------------------------------
+
+    def start(self) -> None:
+        cfg = self.config
+        ctx: BaseContext = multiprocessing.get_context(cfg.start_method)
+        death_r, self.death_w = ctx.Pipe(duplex=False)
+        self.notify_r, notify_w = ctx.Pipe(duplex=False)
+        os.set_blocking(self.notify_r.fileno(), False)
+        child_ends: list[multiprocessing.connection.Connection] = [death_r, notify_w]
+        for rank in range(cfg.world_size):
+            spec = WorkerSpec(
+                rank=rank,
+                world_size=cfg.world_size,
+                device=cfg.device,
+                dist_backend=cfg.dist_backend,
+                store_path=os.path.join(self.tmpdir, "store"),
+                env=dict(cfg.env),
+                init_timeout_s=cfg.init_timeout_s,
+                ring=self.ring.handle,
+                reply_ring=self.reply_owners[rank].handle,
+                spin_s=self.worker_spin_s,
+            )
+            wake_r, wake_w = ctx.Pipe(duplex=False)
+            # A forked child inherits the caller's end of the death pipe; it must
+            # close it, or the pipe never reports the caller's death.
+            inherited = [self.death_w.fileno()] if cfg.start_method == "fork" else []
+            proc = ctx.Process(  # type: ignore[attr-defined]
+                target=worker_main,
+                args=(spec, death_r, wake_r, notify_w, inherited),
+                name=f"harness-mp-rank{rank}",
+                daemon=True,
+            )
+            proc.start()
+            self.processes.append(proc)
+            self.pids.append(proc.pid)
+            os.set_blocking(wake_w.fileno(), False)
+            self.wake_conns.append(wake_w)
+            child_ends.append(wake_r)
+        for conn in child_ends:
+            conn.close()
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.notify_r.fileno(), selectors.EVENT_READ, ("reply", -1))
+        for rank, proc in enumerate(self.processes):
+            self.selector.register(proc.sentinel, selectors.EVENT_READ, ("exit", rank))
+        self._wait_ready()
+        self.monitor = threading.Thread(target=self._monitor, name="harness-mp-monitor", daemon=True)
+        self.monitor.start()
+
+    def _wait_ready(self) -> None:
+        timeout = self.config.init_timeout_s
+        deadline = time.monotonic() + timeout
+        waiting = set(range(self.config.world_size))
+        while waiting:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise WorkerInitError(f"ranks {sorted(waiting)}: worker not ready after init_timeout_s={timeout:g} s")
+            replies, dead = self._collect(remaining)
+            for reply in replies:
+                if reply.error is not None:
+                    _, message, tb = reply.error
+                    raise WorkerInitError(
+                        f"rank {reply.rank}: worker failed to start: {message}\n"
+                        f"--- remote traceback (rank {reply.rank}) ---\n{tb}"
+                    )
+                self.pids[reply.rank] = reply.value
+                waiting.discard(reply.rank)
+            for rank in dead:
+                if rank in waiting:
+                    proc = self.processes[rank]
+                    proc.join(1)
+                    raise WorkerInitError(
+                        f"rank {rank}: worker process (pid {proc.pid}) exited during start-up "
+                        f"with exit code {proc.exitcode}"
+                    )
+
+    # ---- calls ------------------------------------------------------------
+
+    def wake(self) -> None:
+        for conn in self.wake_conns:
+            try:
+                os.write(conn.fileno(), b"\0")
+            except (BlockingIOError, BrokenPipeError):
+                pass  # a wake-up is already pending, or the worker is gone (its sentinel says so)
+
+    def _poll_replies(self) -> list[Reply]:
+        replies = []
+        for reader in self.reply_readers:
+            while (raw := reader.poll()) is not None:
+                replies.append(Reply(*pickle.loads(raw)))
+        return replies
+
+    def _collect(self, timeout: float | None) -> tuple[list[Reply], list[int]]:
+        """Replies that arrive within ``timeout`` s, and ranks seen dead meanwhile."""
+        assert self.selector is not None and self.notify_r is not None
+        replies = self._poll_replies()
+        if replies or timeout == 0:
+            return replies, []
+        if self.spin_s > 0:
+            # A short spin before blocking: a reply due within microseconds is
+            # taken without paying for a sleep and a wake-up.
+            end = time.perf_counter() + (self.spin_s if timeout is None else min(self.spin_s, timeout))
+            while time.perf_counter() < end:
+                os.sched_yield()  # let a worker that shares this core run
+                replies = self._poll_replies()
+                if replies:
+                    return replies, []
+        # Drain the wake-ups before the last look: a reply written after it sends
+        # a fresh wake-up byte, so the select below cannot miss it.
+        try:
+            while os.read(self.notify_r.fileno(), 65536):
+                pass
+        except BlockingIOError:
+            pass
+        replies = self._poll_replies()
+        if replies:
+            return replies, []
+        dead = [key.data[1] for key, _ in self.selector.select(timeout) if key.data[0] == "exit"]
+        # Replies sent before a death are delivered first.
+        return self._poll_replies(), dead
+
+    def _receive(self, timeout: float | None) -> list[Reply]:
+        if self.closed:
+            raise ExecutorShutdownError("executor was shut down")
+        replies, dead = self._collect(timeout)
+        if dead and not replies:
+            # The sentinel stays ready, so a death behind replies is seen next time.
+            raise self.fail(min(dead))
+        return replies
+
+    # ---- failure ----------------------------------------------------------
+
+    def fail(self, rank: int) -> WorkerDiedError:
+        """Record that ``rank`` died: fail every call, run the callbacks once."""
+        with self._callbacks_lock:
+            if self.failure is None:
+                proc = self.processes[rank]
+                proc.join(1)
+                self.failure = WorkerDiedError(rank, proc.pid, proc.exitcode)
+                callbacks, self.callbacks = self.callbacks, []
+            else:
+                callbacks = []
+            failure = self.failure
+        self.queue.fail_all(failure)
+        for callback in callbacks:
+            _run_callback(callback)
+        return failure
+
+    def add_callback(self, callback: Callable[[], None]) -> None:
+        with self._callbacks_lock:
+            if self.failure is None:
+                self.callbacks.append(callback)
+                return
+        _run_callback(callback)  # already failed: run it now, once
+
+    def _monitor(self) -> None:
+        sel = selectors.DefaultSelector()
+        try:
+            sel.register(self._stop_r, selectors.EVENT_READ, None)
+            for rank, proc in enumerate(self.processes):
+                sel.register(proc.sentinel, selectors.EVENT_READ, rank)
+            while True:
+                for key, _ in sel.select():
+                    if key.data is None or self.closed:
+                        return
+                    self.fail(key.data)
+                    return
+        finally:
+            sel.close()
+
+    def dead_rank(self) -> int | None:
+        for rank, proc in enumerate(self.processes):
+            if proc.exitcode is not None:
+                return rank
+        return None
+
+    # ---- shutdown ---------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the workers and release everything. Idempotent, bounded (C9)."""
+        with self._close_lock:
+            if self.closed:
+                return
+            self.closed = True
+        self.queue.fail_all(ExecutorShutdownError("executor was shut down"))
+        live = [p for p in self.processes if p.exitcode is None]
+        if live and self.failure is None:
+            try:
+                if self.ring.has_space():
+                    self.ring.write(encode_request(SHUTDOWN_CALL_ID, b""), _no_wait, self.wake)
+            except Exception:  # noqa: BLE001 - the forced path below still stops them
+                pass
+            _join_all(live, _GRACEFUL_EXIT_S)
+        if self.death_w is not None:
+            self.death_w.close()  # every worker still alive exits now, even mid-call
+        _join_all(self.processes, _FORCED_EXIT_S)
+        for proc in self.processes:
+            if proc.exitcode is None:
+                proc.kill()
+        _join_all(self.processes, _FORCED_EXIT_S)
+        os.write(self._stop_w, b"x")
+        if self.monitor is not None and self.monitor is not threading.current_thread():
+            self.monitor.join(_FORCED_EXIT_S)
+        for proc in self.processes:
+            if proc.exitcode is not None:
+                proc.close()
+        if self.selector is not None:
+            self.selector.close()
+        if self.notify_r is not None:
+            self.notify_r.close()
+        for reader in self.reply_readers:
+            reader.close()
+        for owner in self.reply_owners:
+            owner.close()
+        for conn in self.wake_conns:
+            conn.close()
+        os.close(self._stop_r)
+        os.close(self._stop_w)
+        self.ring.close()
+        shutil.rmtree(self.tmpdir, ignore_errors=True)
+
+
+def _no_wait() -> None:
+    raise ExecutorError("request ring full")
+
+
+def _join_all(procs: list[BaseProcess], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    for proc in procs:
+        if proc.exitcode is None:
+            proc.join(max(0.0, deadline - time.monotonic()))
+
+
+def _run_callback(callback: Callable[[], None]) -> None:
+    try:
+        callback()
+    except Exception:  # noqa: BLE001 - one bad callback must not stop the others
+        import traceback
+
+        traceback.print_exc()
+
+
+class MultiprocExecutor:
+    """The reference executor. See the module docstring for the data flow."""
+
+    def __init__(
+        self,
+        config: ExecutorConfig,
+        *,
+        ring_slots: int = 32,
+        slot_size: int = 128 * 1024,
+        spin_s: float = 0.001,
+        worker_spin_s: float = 0.01,
+    ) -> None:
+        if not isinstance(config, ExecutorConfig):
+            raise TypeError(f"MultiprocExecutor needs an ExecutorConfig, got {config!r}")
+        self.config = config
+        self.world_size = config.world_size
+        self._group = _Group(config, ring_slots, slot_size, spin_s, worker_spin_s)
+        self._finalizer = weakref.finalize(self, self._group.close)
+        try:
+            self._group.start()
+        except BaseException:
+            self._finalizer()
+            raise
+
+    def collective_rpc(
+        self,
+        method: str | Callable[..., Any],
+        timeout: float | None = None,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+        non_block: bool = False,
+        unique_reply_rank: int | None = None,
+    ) -> Any:
+        group = self._group
+        name = method_name(method)
+        if group.closed:
+            raise ExecutorShutdownError(f"collective_rpc({name!r}): the executor was shut down")
+        args = validate_call(method, timeout, args, kwargs, unique_reply_rank, self.world_size)
+        if group.failure is not None:
+            raise group.failure
+        try:
+            body = _dumps((method, args, kwargs, unique_reply_rank))
+        except Exception as exc:
+            raise SerializationError(f"collective_rpc({name!r}): the call could not be pickled: {exc}") from exc
+        queue = group.queue
+        with queue.lock:
+            call = queue.new_call(name, self.world_size, unique_reply_rank, timeout)
+            before = group.ring.chunks_written
+
+            def wait_for_space() -> None:
+                if call.deadline is not None and time.monotonic() >= call.deadline:
+                    raise _RingTimeout
+                queue.pump(_RING_FULL_WAIT_S)
+
+            try:
+                group.ring.write(encode_request(call.call_id, body), wait_for_space, group.wake)
+            except _RingTimeout:
+                if group.ring.chunks_written != before:
+                    error = ExecutorError(
+                        f"collective_rpc({name!r}): timed out half-way through sending a request; "
+                        "the executor cannot be used any more"
+                    )
+                    queue.fail_all(error)
+                    raise error from None
+                queue.discard(call)
+                raise RPCTimeoutError(
+                    f"ranks {group.ring.lagging_readers()}: collective_rpc({name!r}) timed out "
+                    f"after {timeout:g} s waiting to send (workers not reading)"
+                ) from None
+        if non_block:
+            return call.future
+        return call.future.result()
+
+    def check_health(self) -> None:
+        group = self._group
+        if group.closed:
+            raise ExecutorShutdownError("check_health(): the executor was shut down")
+        if group.failure is None:
+            rank = group.dead_rank()
+            if rank is not None:
+                group.fail(rank)
+        if group.failure is not None:
+            raise group.failure
+
+    def register_failure_callback(self, callback: Callable[[], None]) -> None:
+        if not callable(callback):
+            raise TypeError(f"register_failure_callback: {callback!r} is not callable")
+        self._group.add_callback(callback)
+
+    def shutdown(self) -> None:
+        self._finalizer()
+
+    def __enter__(self) -> MultiprocExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    @property
+    def worker_pids(self) -> list[int | None]:
+        return list(self._group.pids)
+
+
+class _RingTimeout(Exception):
+    pass
+
+
+def _dumps(obj: Any) -> bytes:
+    try:
+        return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        try:
+            import cloudpickle  # type: ignore[import-not-found]
+        except ImportError:
+            raise
+        data: bytes = cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        return data
+
+
+def create(config: ExecutorConfig) -> MultiprocExecutor:
+    """The ``mp`` backend factory."""
+    return MultiprocExecutor(config)
+
+
+create.unsupported = {}  # type: ignore[attr-defined]

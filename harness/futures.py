@@ -1,0 +1,240 @@
+"""FIFO futures for collective calls, completed on the caller's thread.
+
+No thread of the executor waits for replies: whoever needs a result (``result()``,
+a blocking call, a full request ring) drives the queue, which pulls replies from
+the transport and completes calls strictly in submission order::
+
+    submit() ─► pending calls (FIFO) ◄─ replies (rank, call id, outcome) ◄─ receive(timeout)
+                    │ head complete?
+                    ▼
+               future.set_result / set_exception   (on the driving thread)
+
+A reply names its call, so replies for a call that already timed out are
+recognised and dropped: a late reply never reaches a later call (C7).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from harness.contract import RemoteCallError, RPCTimeoutError
+
+__all__ = ["CallFuture", "FutureQueue", "PendingCall", "Reply"]
+
+
+class Reply(NamedTuple):
+    """One rank's answer to one call. ``error`` is (type name, message, traceback).
+    A tuple, so it pickles fast (it crosses a process boundary on every call)."""
+
+    rank: int
+    call_id: int
+    value: Any = None
+    error: tuple[str, str, str] | None = None
+
+
+Receive = Callable[[float | None], list[Reply]]
+"""Blocks up to the timeout (None: forever) for replies; may return none. Raises on a broken transport."""
+
+
+class CallFuture(concurrent.futures.Future[Any]):
+    """A ``concurrent.futures.Future`` that drives its queue while you wait on it."""
+
+    def __init__(self, queue: FutureQueue) -> None:
+        super().__init__()
+        self._queue = queue
+
+    def result(self, timeout: float | None = None) -> Any:
+        self._queue.drive(self, timeout)
+        return super().result(timeout=0)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        self._queue.drive(self, timeout)
+        return super().exception(timeout=0)
+
+    def done(self) -> bool:
+        if not super().done():
+            self._queue.drive(self, 0)
+        return super().done()
+
+
+@dataclass
+class PendingCall:
+    call_id: int
+    method: str
+    world_size: int
+    unique_reply_rank: int | None
+    future: CallFuture
+    deadline: float | None = None
+    timeout: float | None = None
+    replies: dict[int, Reply] = field(default_factory=dict)
+    abandoned: bool = False
+
+    @property
+    def complete(self) -> bool:
+        return len(self.replies) == self.world_size
+
+    def outcome(self) -> tuple[Any, BaseException | None]:
+        for rank in sorted(self.replies):
+            err = self.replies[rank].error
+            if err is not None:
+                return None, RemoteCallError(rank, self.method, *err)
+        if self.unique_reply_rank is not None:
+            return self.replies[self.unique_reply_rank].value, None
+        return [self.replies[r].value for r in range(self.world_size)], None
+
+
+class FutureQueue:
+    """Pending calls in submission order, and the one loop that completes them."""
+
+    def __init__(self, receive: Receive) -> None:
+        self._receive = receive
+        self._calls: OrderedDict[int, PendingCall] = OrderedDict()
+        self.lock = threading.RLock()
+        self._next_id = 0
+        self._broken: BaseException | None = None
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def new_call(
+        self,
+        method: str,
+        world_size: int,
+        unique_reply_rank: int | None,
+        timeout: float | None,
+    ) -> PendingCall:
+        """Register a call before its request is sent (so its replies are expected)."""
+        with self.lock:
+            if self._broken is not None:
+                raise self._broken
+            call_id = self._next_id
+            self._next_id += 1
+            deadline = None if timeout is None else time.monotonic() + timeout
+            call = PendingCall(call_id, method, world_size, unique_reply_rank, CallFuture(self), deadline, timeout)
+            self._calls[call_id] = call
+            return call
+
+    def drive(self, target: concurrent.futures.Future[Any], timeout: float | None) -> None:
+        """Complete calls in order until ``target`` is done or ``timeout`` s passed."""
+        end = None if timeout is None else time.monotonic() + timeout
+        if not self.lock.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
+            return
+        try:
+            while not _settled(target):
+                self._expire(time.monotonic())
+                if _settled(target):
+                    return
+                now = time.monotonic()
+                wait = _earliest(end, self._next_deadline())
+                if wait is not None:
+                    wait = max(0.0, wait - now)
+                if end is not None and now >= end:
+                    wait = 0.0
+                self.pump(wait)
+                if end is not None and time.monotonic() >= end and not _settled(target):
+                    self._expire(time.monotonic())
+                    return
+        finally:
+            self.lock.release()
+
+    def pump(self, timeout: float | None) -> None:
+        """Receive what arrives within ``timeout`` s and complete what is complete."""
+        with self.lock:
+            if self._broken is not None:
+                raise self._broken
+            try:
+                replies = self._receive(timeout)
+            except BaseException as exc:
+                self.fail_all(exc)
+                raise
+            for reply in replies:
+                call = self._calls.get(reply.call_id)
+                if call is None:
+                    continue  # a call failed or abandoned long ago; nothing waits for it
+                call.replies[reply.rank] = reply
+            self._complete_ready()
+
+    def discard(self, call: PendingCall) -> None:
+        """Forget a call whose request was never sent."""
+        with self.lock:
+            self._calls.pop(call.call_id, None)
+
+    def fail_all(self, exc: BaseException) -> None:
+        """Fail every pending call and every later one with ``exc``."""
+        with self.lock:
+            if self._broken is None:
+                self._broken = exc
+            calls = list(self._calls.values())
+            self._calls.clear()
+        for call in calls:
+            _settle(call.future, None, exc)
+
+    @property
+    def broken(self) -> BaseException | None:
+        return self._broken
+
+    def _complete_ready(self) -> None:
+        # Strictly FIFO: a call completes only after every earlier one has.
+        while self._calls:
+            head = next(iter(self._calls.values()))
+            if not head.complete:
+                return
+            del self._calls[head.call_id]
+            if head.abandoned:
+                continue
+            value, err = head.outcome()
+            _settle(head.future, value, err)
+
+    def _next_deadline(self) -> float | None:
+        deadlines = [c.deadline for c in self._calls.values() if c.deadline is not None and not c.abandoned]
+        return min(deadlines) if deadlines else None
+
+    def _expire(self, now: float) -> None:
+        for call in list(self._calls.values()):
+            if call.abandoned or call.deadline is None or now < call.deadline:
+                continue
+            # The call stays in the queue, abandoned, so its late replies are
+            # recognised and dropped instead of being taken by a later call.
+            call.abandoned = True
+            missing = sorted(set(range(call.world_size)) - set(call.replies))
+            _settle(
+                call.future,
+                None,
+                RPCTimeoutError(
+                    f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}: "
+                    f"collective_rpc({call.method!r}) timed out after {call.timeout:g} s"
+                ),
+            )
+        self._complete_ready()
+
+
+def _settled(future: concurrent.futures.Future[Any]) -> bool:
+    # The base class's done(): CallFuture.done() would drive the queue again.
+    return concurrent.futures.Future.done(future)
+
+
+def _earliest(a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return min(a, b)
+
+
+def _settle(future: concurrent.futures.Future[Any], value: Any, exc: BaseException | None) -> None:
+    # A future the user cancelled refuses set_*: nothing waits for it, so ignore.
+    if _settled(future):
+        return
+    try:
+        if exc is not None:
+            future.set_exception(exc)
+        else:
+            future.set_result(value)
+    except concurrent.futures.InvalidStateError:
+        pass

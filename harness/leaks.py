@@ -1,0 +1,111 @@
+"""What a process holds that an executor could leak: children, threads, shared
+memory, listening sockets, file descriptors. Snapshots taken before and after a
+test are compared by the plugin; nothing here knows any backend's internals.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+import psutil
+
+__all__ = ["Snapshot", "diff", "listening_sockets", "shm_segments", "snapshot", "wait_clean"]
+
+_SHM_DIR = "/dev/shm"
+_LOOPBACK_PREFIXES = ("127.", "::1", "::ffff:127.")
+
+
+def shm_segments() -> set[str]:
+    """POSIX shared-memory segments visible on this machine (Linux: /dev/shm)."""
+    try:
+        return set(os.listdir(_SHM_DIR))
+    except FileNotFoundError:  # not Linux: nothing we can list
+        return set()
+
+
+def listening_sockets(pid: int | None = None) -> list[tuple[str, int]]:
+    """(address, port) of TCP sockets listening, and UDP sockets bound, in ``pid``."""
+    proc = psutil.Process(pid)
+    out = []
+    for conn in proc.net_connections(kind="inet"):
+        if conn.status == psutil.CONN_LISTEN or (conn.type == 2 and conn.laddr):  # 2: SOCK_DGRAM
+            out.append((conn.laddr.ip, conn.laddr.port))
+    return out
+
+
+def is_loopback(address: str) -> bool:
+    return address.startswith(_LOOPBACK_PREFIXES)
+
+
+@dataclass
+class Snapshot:
+    children: set[int] = field(default_factory=set)
+    threads: set[int] = field(default_factory=set)
+    shm: set[str] = field(default_factory=set)
+    listening: set[tuple[str, int]] = field(default_factory=set)
+    fds: int = 0
+
+
+def _live_children() -> set[int]:
+    out = set()
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE:
+                out.add(child.pid)
+            else:
+                out.add(child.pid)  # a zombie is a leak too: nobody reaped it
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def snapshot() -> Snapshot:
+    proc = psutil.Process()
+    return Snapshot(
+        children=_live_children(),
+        threads={t.ident for t in threading.enumerate() if t.ident is not None},
+        shm=shm_segments(),
+        listening=set(listening_sockets()),
+        fds=proc.num_fds() if hasattr(proc, "num_fds") else 0,
+    )
+
+
+def diff(before: Snapshot, after: Snapshot, fd_slack: int = 0) -> list[str]:
+    """What ``after`` holds that ``before`` did not, worded for a failure message."""
+    problems = []
+    new_children = after.children - before.children
+    if new_children:
+        described = []
+        for pid in sorted(new_children):
+            try:
+                p = psutil.Process(pid)
+                described.append(f"pid {pid} ({p.status()}: {' '.join(p.cmdline())[:120]})")
+            except psutil.NoSuchProcess:
+                described.append(f"pid {pid}")
+        problems.append("child processes left: " + "; ".join(described))
+    new_threads = after.threads - before.threads
+    if new_threads:
+        names = [t.name for t in threading.enumerate() if t.ident in new_threads]
+        problems.append(f"threads left in the caller: {names}")
+    new_shm = after.shm - before.shm
+    if new_shm:
+        problems.append(f"shared-memory segments left: {sorted(new_shm)}")
+    new_listening = after.listening - before.listening
+    if new_listening:
+        problems.append(f"listening sockets left: {sorted(new_listening)}")
+    if after.fds > before.fds + fd_slack:
+        problems.append(f"file descriptors: {before.fds} before, {after.fds} after")
+    return problems
+
+
+def wait_clean(before: Snapshot, timeout: float = 5.0, fd_slack: int = 0) -> list[str]:
+    """Leaks still present after up to ``timeout`` s (reaping takes a moment)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        problems = diff(before, snapshot(), fd_slack)
+        if not problems or time.monotonic() >= deadline:
+            return problems
+        time.sleep(0.1)

@@ -1,0 +1,113 @@
+"""Module-level functions the suite runs on workers (picklable by reference).
+
+Each takes the worker first, as SPEC.md's callable methods do, and relies only
+on the worker contract: ``worker.rank`` and the default process group.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+
+def rank(worker: Any) -> int:
+    return int(worker.rank)
+
+
+def pid(worker: Any) -> int:
+    return os.getpid()
+
+
+def echo(worker: Any, *args: Any, **kwargs: Any) -> tuple[int, tuple[Any, ...], dict[str, Any]]:
+    """Returns what arrived, tagged with the rank."""
+    return int(worker.rank), args, kwargs
+
+
+def noop(worker: Any) -> None:
+    return None
+
+
+def sleep(worker: Any, seconds: float) -> int:
+    time.sleep(seconds)
+    return int(worker.rank)
+
+
+def sleep_on_rank(worker: Any, rank: int, seconds: float) -> int:
+    """Only ``rank`` sleeps: a slow worker among fast ones."""
+    if worker.rank == rank:
+        time.sleep(seconds)
+    return int(worker.rank)
+
+
+def finish_in_reverse(worker: Any, step_s: float = 0.2) -> int:
+    """Higher ranks finish first: rank r sleeps (world_size - 1 - r) * step_s."""
+    import torch.distributed as dist
+
+    time.sleep((dist.get_world_size() - 1 - worker.rank) * step_s)
+    return int(worker.rank)
+
+
+def raise_on_rank(worker: Any, rank: int, message: str) -> int:
+    if worker.rank == rank:
+        raise ValueError(message)
+    return int(worker.rank)
+
+
+def exit_on_rank(worker: Any, rank: int, code: int = 7) -> int:
+    """Kills that rank's process (abruptly, as a crash would)."""
+    if worker.rank == rank:
+        os._exit(code)
+    return int(worker.rank)
+
+
+def unpicklable_result(worker: Any) -> Any:
+    import threading
+
+    return threading.Lock()
+
+
+def payload(worker: Any, data: bytes) -> tuple[int, int, bytes]:
+    """Echoes a large payload back, with its length."""
+    return int(worker.rank), len(data), data
+
+
+def make_payload(worker: Any, nbytes: int, seed: int) -> bytes:
+    import random
+
+    return random.Random(seed + worker.rank).randbytes(nbytes)
+
+
+def dist_info(worker: Any) -> tuple[int, int, int, int]:
+    """(worker.rank, process-group rank, world size, pid)."""
+    import torch.distributed as dist
+
+    return int(worker.rank), dist.get_rank(), dist.get_world_size(), os.getpid()
+
+
+def collectives(worker: Any, device: str = "cpu") -> dict[str, Any]:
+    """all_reduce, all_gather, broadcast and barrier on the default group."""
+    import torch
+    import torch.distributed as dist
+
+    r, ws = dist.get_rank(), dist.get_world_size()
+    dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
+    t = torch.full((4,), float(r + 1), device=dev)
+    dist.all_reduce(t)
+    gathered = [torch.zeros(2, device=dev) for _ in range(ws)]
+    dist.all_gather(gathered, torch.tensor([float(r), float(r * r)], device=dev))
+    b = torch.arange(3, dtype=torch.float32, device=dev) * (r + 1)
+    dist.broadcast(b, src=0)
+    dist.barrier()
+    return {
+        "all_reduce": t.cpu().tolist(),
+        "all_gather": [g.cpu().tolist() for g in gathered],
+        "broadcast": b.cpu().tolist(),
+    }
+
+
+def listening_sockets(worker: Any) -> list[tuple[str, int]]:
+    """(address, port) of every socket this process listens on (TCP) or has bound (UDP)."""
+    from harness.leaks import listening_sockets as _ls
+
+    return _ls(os.getpid())

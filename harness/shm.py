@@ -1,0 +1,230 @@
+"""A shared-memory ring buffer: one writer broadcasts, N readers each read every message.
+
+The reference executor writes each request once, whatever the world size, and
+every worker reads it. Layout of the segment (all fields little-endian u64)::
+
+    [header: magic, n_readers, n_slots, slot_size]          64 bytes
+    [reader r: chunks consumed]                             64 bytes each
+    [slot k: seq, length, more | data (slot_size bytes)]    n_slots of these
+
+A message larger than a slot is split into consecutive chunks (``more`` = 1 on
+all but the last); readers reassemble it. A chunk is published by writing its
+``seq`` (chunk number + 1) after its data; a slot is reused only once every
+reader's counter has passed its previous chunk. The ring never blocks on its
+own: ``write`` calls ``wait_for_space`` while it is full, and that callback
+decides how to wait and when to give up (say, when a reader died). Waking
+readers is the caller's business too (``notify``), so this module has no
+threads, no sockets, and no timing policy.
+"""
+
+from __future__ import annotations
+
+import secrets
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing import shared_memory
+
+__all__ = ["RingHandle", "RingReader", "RingWriter"]
+
+_MAGIC = 0x48524E5352494E47  # "HRNSRING"
+_U64 = struct.Struct("<Q")
+_SLOT_HDR = struct.Struct("<QQQ")
+_HEADER = 64
+_COUNTER_STRIDE = 64  # one cache line per reader: no false sharing between workers
+_SLOT_HDR_SIZE = 64
+
+#: Prefix of every segment this module creates (leak checks may look for it).
+NAME_PREFIX = "harness_ring_"
+
+
+def buffer_of(shm: shared_memory.SharedMemory) -> memoryview:
+    """The mapped buffer of an open segment (typed: never None)."""
+    buf = shm.buf
+    if buf is None:  # only after close(), which this module never reads past
+        raise ValueError(f"shared memory {shm.name} is closed")
+    return buf
+
+
+@dataclass(frozen=True)
+class RingHandle:
+    """What a reader needs to attach: picklable, sent to the worker processes."""
+
+    name: str
+    n_readers: int
+    n_slots: int
+    slot_size: int
+
+    @property
+    def nbytes(self) -> int:
+        return _HEADER + self.n_readers * _COUNTER_STRIDE + self.n_slots * (_SLOT_HDR_SIZE + self.slot_size)
+
+    def counter_offset(self, reader: int) -> int:
+        return _HEADER + reader * _COUNTER_STRIDE
+
+    def slot_offset(self, slot: int) -> int:
+        return _HEADER + self.n_readers * _COUNTER_STRIDE + slot * (_SLOT_HDR_SIZE + self.slot_size)
+
+
+class RingFullError(RuntimeError):
+    """Raised by a ``wait_for_space`` policy that gives up; names the lagging readers."""
+
+
+class RingWriter:
+    """The single writer. Creates the segment and unlinks it on ``close``; or, made
+    with ``attach``, writes into a segment another process created and owns."""
+
+    @classmethod
+    def attach(cls, handle: RingHandle) -> RingWriter:
+        self = cls.__new__(cls)
+        self.handle = handle
+        self._shm = shared_memory.SharedMemory(name=handle.name, create=False)
+        self._owner = False
+        self._next_chunk = 0
+        self._min_consumed = 0
+        return self
+
+    def __init__(self, n_readers: int, n_slots: int = 32, slot_size: int = 128 * 1024) -> None:
+        if n_readers < 1:
+            raise ValueError(f"RingWriter: n_readers must be >= 1, got {n_readers}")
+        if n_slots < 2:
+            raise ValueError(f"RingWriter: n_slots must be >= 2, got {n_slots}")
+        if slot_size < 64 or slot_size % 8:
+            raise ValueError(f"RingWriter: slot_size must be a multiple of 8 >= 64, got {slot_size}")
+        name = NAME_PREFIX + secrets.token_hex(8)
+        self.handle = RingHandle(name, n_readers, n_slots, slot_size)
+        # SharedMemory creates the segment with mode 0600: private to the user (C23).
+        self._shm: shared_memory.SharedMemory | None = shared_memory.SharedMemory(
+            name=name, create=True, size=self.handle.nbytes
+        )
+        buf = buffer_of(self._shm)
+        struct.pack_into("<QQQQ", buf, 0, _MAGIC, n_readers, n_slots, slot_size)
+        for r in range(n_readers):
+            _U64.pack_into(buf, self.handle.counter_offset(r), 0)
+        for k in range(n_slots):
+            _SLOT_HDR.pack_into(buf, self.handle.slot_offset(k), 0, 0, 0)
+        self._owner = True
+        self._next_chunk = 0
+        self._min_consumed = 0
+
+    @property
+    def chunks_written(self) -> int:
+        return self._next_chunk
+
+    def consumed(self) -> list[int]:
+        """Chunks each reader has consumed so far."""
+        buf = self._live_buf()
+        return [_U64.unpack_from(buf, self.handle.counter_offset(r))[0] for r in range(self.handle.n_readers)]
+
+    def lagging_readers(self) -> list[int]:
+        """Readers that hold up the slot the next chunk needs."""
+        need = self._next_chunk - self.handle.n_slots + 1
+        return [r for r, c in enumerate(self.consumed()) if c < need]
+
+    def has_space(self) -> bool:
+        need = self._next_chunk - self.handle.n_slots + 1
+        if self._min_consumed >= need:
+            return True
+        self._min_consumed = min(self.consumed())
+        return self._min_consumed >= need
+
+    def write(
+        self,
+        data: bytes | bytearray | memoryview,
+        wait_for_space: Callable[[], None],
+        notify: Callable[[], None] = lambda: None,
+    ) -> None:
+        """Publish one message. Calls ``wait_for_space`` while the ring is full and
+        ``notify`` after each chunk; an exception from either aborts the write (and
+        leaves the ring unusable: a reader may hold half a message)."""
+        buf = self._live_buf()
+        view = memoryview(data).cast("B")
+        size = self.handle.slot_size
+        total = len(view)
+        start = 0
+        while True:
+            while not self.has_space():
+                wait_for_space()
+            chunk = view[start : start + size]
+            more = 1 if start + size < total else 0
+            seq = self._next_chunk
+            off = self.handle.slot_offset(seq % self.handle.n_slots)
+            data_off = off + _SLOT_HDR_SIZE
+            buf[data_off : data_off + len(chunk)] = chunk
+            struct.pack_into("<QQ", buf, off + 8, len(chunk), more)
+            _U64.pack_into(buf, off, seq + 1)  # publish last
+            self._next_chunk = seq + 1
+            notify()
+            start += size
+            if not more:
+                return
+
+    def _live_buf(self) -> memoryview:
+        if self._shm is None:
+            raise ValueError(f"ring {self.handle.name} is closed")
+        return buffer_of(self._shm)
+
+    def close(self) -> None:
+        """Unmap the segment, and unlink it if this writer created it. Idempotent."""
+        shm, self._shm = self._shm, None
+        if shm is None:
+            return
+        shm.close()
+        if not self._owner:
+            return
+        try:
+            shm.unlink()
+        except FileNotFoundError:
+            pass
+
+
+class RingReader:
+    """Reader ``index`` of a ring; attach in the reading process."""
+
+    def __init__(self, handle: RingHandle, index: int) -> None:
+        if not 0 <= index < handle.n_readers:
+            raise ValueError(f"RingReader: index must be in [0, {handle.n_readers}), got {index}")
+        self.handle = handle
+        self.index = index
+        self._shm: shared_memory.SharedMemory | None = shared_memory.SharedMemory(name=handle.name, create=False)
+        magic, n_readers, n_slots, slot_size = struct.unpack_from("<QQQQ", buffer_of(self._shm), 0)
+        if (magic, n_readers, n_slots, slot_size) != (
+            _MAGIC,
+            handle.n_readers,
+            handle.n_slots,
+            handle.slot_size,
+        ):
+            raise ValueError(f"segment {handle.name} is not a ring matching {handle}")
+        self._counter_off = handle.counter_offset(index)
+        self._consumed = _U64.unpack_from(buffer_of(self._shm), self._counter_off)[0]
+        self._partial: list[bytes] = []
+
+    def poll(self) -> bytes | None:
+        """The next whole message, or None if it is not (completely) there yet."""
+        if self._shm is None:
+            raise ValueError(f"ring {self.handle.name} is closed")
+        buf = buffer_of(self._shm)
+        n_slots = self.handle.n_slots
+        while True:
+            seq = self._consumed
+            off = self.handle.slot_offset(seq % n_slots)
+            if _U64.unpack_from(buf, off)[0] != seq + 1:
+                return None
+            length, more = struct.unpack_from("<QQ", buf, off + 8)
+            data_off = off + _SLOT_HDR_SIZE
+            chunk = bytes(buf[data_off : data_off + length])
+            self._consumed = seq + 1
+            _U64.pack_into(buf, self._counter_off, self._consumed)  # frees the slot
+            if more:
+                self._partial.append(chunk)
+                continue
+            if self._partial:
+                self._partial.append(chunk)
+                chunk = b"".join(self._partial)
+                self._partial = []
+            return chunk
+
+    def close(self) -> None:
+        shm, self._shm = self._shm, None
+        if shm is not None:
+            shm.close()

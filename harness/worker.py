@@ -1,0 +1,284 @@
+"""The worker: the object calls run on, and the main loop of a worker process.
+
+A worker process (started by the ``mp`` executor) does, in order::
+
+    watch the parent ─ a thread blocks on the death pipe; EOF (parent gone or
+                       shutdown) ends the process at once, even mid-call (C13)
+    start up         ─ env, fault injection (C22), torch.distributed on a file
+                       store (no listening store socket, C23), report ready
+    loop             ─ wait for the wake-up pipe, read the request ring, run the
+                       call, send the reply on this rank's pipe, in order
+
+Calls run one at a time in request order, so each rank's replies come back in
+submission order; each reply names its call id.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import struct
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from multiprocessing.connection import Connection
+from typing import Any, NamedTuple
+
+from harness.futures import Reply
+from harness.shm import RingHandle, RingReader, RingWriter
+
+__all__ = [
+    "FAIL_INIT_ENV",
+    "Request",
+    "Worker",
+    "WorkerSpec",
+    "decode_request",
+    "encode_request",
+    "init_distributed",
+    "run_call",
+]
+
+#: ``HARNESS_FAIL_WORKER_INIT=<rank>`` makes that rank raise during start-up (C22).
+FAIL_INIT_ENV = "HARNESS_FAIL_WORKER_INIT"
+
+
+class Worker:
+    """The object a string method is looked up on. Carries ``rank`` (SPEC.md)."""
+
+    def __init__(self, rank: int, world_size: int, device: str) -> None:
+        self.rank = rank
+        self.world_size = world_size
+        self.device = device
+
+    def ping(self) -> int:
+        """Returns the rank: the cheapest useful call."""
+        return self.rank
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+_CALL_ID = struct.Struct("<q")
+SHUTDOWN_CALL_ID = -1
+#: The id of the first reply of a worker: its pid once started, or its start-up error.
+READY_CALL_ID = -2
+
+
+class Request(NamedTuple):
+    """One call's body. On the wire it follows its call id (see ``encode_request``),
+    so a body the worker cannot unpickle is still answered under the right id.
+    Pickled as a plain tuple (``tuple(request)``): cheaper on every call."""
+
+    method: str | Callable[..., Any]
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] | None = None
+    unique_reply_rank: int | None = None
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything a worker process needs to start, picklable for spawn."""
+
+    rank: int
+    world_size: int
+    device: str
+    dist_backend: str
+    store_path: str
+    env: Mapping[str, str]
+    init_timeout_s: float
+    ring: RingHandle
+    reply_ring: RingHandle
+    spin_s: float = 0.0
+
+
+def loopback_ifname() -> str:
+    return "lo0" if sys.platform == "darwin" else "lo"
+
+
+def init_distributed(
+    rank: int, world_size: int, device: str, dist_backend: str, store_path: str, timeout_s: float
+) -> None:
+    """Initialise the default process group over a file store: nothing listens for it."""
+    if os.environ.get(FAIL_INIT_ENV) == str(rank):
+        raise RuntimeError(f"rank {rank}: start-up failure injected by {FAIL_INIT_ENV}={rank}")
+    # gloo and NCCL pick an interface for their peer sockets; pin them to loopback
+    # unless the user chose one (C23: nothing listens beyond loopback).
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", loopback_ifname())
+    os.environ.setdefault("NCCL_SOCKET_IFNAME", loopback_ifname())
+    import torch
+    import torch.distributed as dist
+
+    if device == "cuda":
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+    dist.init_process_group(
+        backend=dist_backend,
+        init_method=f"file://{store_path}",
+        rank=rank,
+        world_size=world_size,
+        timeout=timedelta(seconds=timeout_s),
+    )
+
+
+def encode_request(call_id: int, body: bytes) -> bytes:
+    return _CALL_ID.pack(call_id) + body
+
+
+def decode_request(raw: bytes) -> tuple[int, memoryview]:
+    return _CALL_ID.unpack_from(raw, 0)[0], memoryview(raw)[_CALL_ID.size :]
+
+
+def run_call(worker: Worker, call_id: int, request: Request) -> Reply:
+    """Run one request on ``worker``; never raises (errors become the reply)."""
+    method = request.method
+    try:
+        if isinstance(method, str):
+            fn = getattr(worker, method, None)
+            if fn is None:
+                raise AttributeError(
+                    f"worker of rank {worker.rank} has no method {method!r} ({type(worker).__qualname__})"
+                )
+            value = fn(*request.args, **(request.kwargs or {}))
+        else:
+            value = method(worker, *request.args, **(request.kwargs or {}))
+        if request.unique_reply_rank is not None and request.unique_reply_rank != worker.rank:
+            value = None
+        return Reply(worker.rank, call_id, value)
+    except BaseException as exc:  # noqa: BLE001 - the caller gets it, the worker lives on
+        return error_reply(worker.rank, call_id, exc)
+
+
+def error_reply(rank: int, call_id: int, exc: BaseException) -> Reply:
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return Reply(rank, call_id, None, (type(exc).__qualname__, str(exc), tb))
+
+
+def encode_reply(reply: Reply) -> bytes:
+    """Pickle a reply; an unpicklable result becomes an error reply (C20)."""
+    try:
+        return pickle.dumps(tuple(reply), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:  # noqa: BLE001
+        err = RuntimeError(f"result of type {type(reply.value).__qualname__} could not be pickled: {exc}")
+        return pickle.dumps(tuple(error_reply(reply.rank, reply.call_id, err)))
+
+
+def _watch_parent(death_fd: int) -> None:
+    # Blocks until the parent closes its end (shutdown) or dies (any way, even
+    # SIGKILL): then end the process, whatever the main thread is doing.
+    try:
+        while os.read(death_fd, 1):
+            pass
+    finally:
+        os._exit(0)
+
+
+class _ReplyChannel:
+    """This rank's reply ring, plus a wake-up byte for the caller after each reply."""
+
+    def __init__(self, ring: RingHandle, notify_fd: int) -> None:
+        self._writer = RingWriter.attach(ring)
+        self._notify_fd = notify_fd
+        self._backoff = 0.0
+
+    def send(self, reply: Reply) -> None:
+        self._backoff = 0.0
+        self._writer.write(encode_reply(reply), self._wait_for_space, self._notify)
+
+    def _notify(self) -> None:
+        try:
+            os.write(self._notify_fd, b"\0")
+        except BlockingIOError:
+            pass  # the pipe is full of wake-ups already: the caller will look
+
+    def _wait_for_space(self) -> None:
+        # The caller is not reading replies (it will, when it next waits). Sleep
+        # with a growing backoff: this worker has nothing else to do meanwhile.
+        self._backoff = min(0.01, self._backoff * 2 or 0.0002)
+        time.sleep(self._backoff)
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+def worker_main(
+    spec: WorkerSpec,
+    death_r: Connection,
+    wake_r: Connection,
+    notify_w: Connection,
+    close_fds: list[int],
+) -> None:
+    """Entry point of a worker process. ``close_fds``: the caller's pipe ends a
+    forked child inherited and must not keep open."""
+    for fd in close_fds:
+        os.close(fd)
+    threading.Thread(target=_watch_parent, args=(death_r.fileno(),), name="harness-parent-watch", daemon=True).start()
+    os.environ.update(spec.env)
+    os.set_blocking(notify_w.fileno(), False)
+    replies = _ReplyChannel(spec.reply_ring, notify_w.fileno())
+    try:
+        reader = RingReader(spec.ring, spec.rank)
+        init_distributed(
+            spec.rank, spec.world_size, spec.device, spec.dist_backend, spec.store_path, spec.init_timeout_s
+        )
+        worker = Worker(spec.rank, spec.world_size, spec.device)
+    except BaseException as exc:  # noqa: BLE001
+        replies.send(error_reply(spec.rank, READY_CALL_ID, exc))
+        return
+    replies.send(Reply(spec.rank, READY_CALL_ID, os.getpid()))
+    try:
+        _serve(worker, reader, wake_r.fileno(), replies, spec.spin_s)
+    finally:
+        reader.close()
+        replies.close()
+        _destroy_process_group()
+
+
+def _serve(worker: Worker, reader: RingReader, wake_r: int, replies: _ReplyChannel, spin_s: float) -> None:
+    os.set_blocking(wake_r, False)
+    while True:
+        raw = reader.poll()
+        if raw is None and spin_s > 0:
+            # Waking from a blocked read costs tens of microseconds on a loaded
+            # machine; right after a call the next one is likely close, so look
+            # at the ring for a short while first, yielding the core each time.
+            end = time.perf_counter() + spin_s
+            while raw is None and time.perf_counter() < end:
+                os.sched_yield()
+                raw = reader.poll()
+        if raw is None:
+            # Drain the wake-ups before the second look: a request published after
+            # that look writes a fresh wake-up byte, so select cannot miss it.
+            try:
+                while os.read(wake_r, 4096):
+                    pass
+            except BlockingIOError:
+                pass
+            raw = reader.poll()
+            if raw is None:
+                select.select([wake_r], [], [])
+                continue
+        call_id, body = decode_request(raw)
+        if call_id == SHUTDOWN_CALL_ID:
+            return
+        try:
+            request = Request(*pickle.loads(body))
+        except BaseException as exc:  # noqa: BLE001
+            # e.g. a callable whose module this worker cannot import: answer the call.
+            replies.send(error_reply(worker.rank, call_id, exc))
+            continue
+        del raw, body
+        replies.send(run_call(worker, call_id, request))
+
+
+def _destroy_process_group() -> None:
+    try:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:  # noqa: BLE001 - best effort on the way out
+        pass
