@@ -5,7 +5,9 @@ declarations the suite reads:
 
 - ``unsupported``: ``{clause id or capability: reason}``, the clauses it does
   not honour (reported apart from failures);
-- ``world_sizes``: the world sizes it can run (default: any).
+- ``world_sizes``: the world sizes it can run (default: any);
+- ``start_methods``: the start methods that mean something to it (default:
+  spawn and fork; a backend that starts no process of its own names one).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from harness.contract import CLAUSES, Backend
+from harness.contract import CLAUSES, START_METHODS, Backend
 
 __all__ = [
     "BUILTIN_BACKENDS",
@@ -38,7 +40,6 @@ BUILTIN_BACKENDS: Mapping[str, tuple[str, str]] = {
 CAPABILITIES: Mapping[str, str] = {
     "gc_shutdown": "C12",
     "init_failure_injection": "C22",
-    "closures": "C3",
 }
 
 
@@ -54,10 +55,17 @@ class LoadedBackend:
     factory: Backend
     unsupported: Mapping[str, str] = field(default_factory=dict)
     world_sizes: tuple[int, ...] | None = None
+    start_methods: tuple[str, ...] | None = None
 
     def declared(self, clause: str) -> str | None:
-        """The declared reason ``clause`` is not supported, or None."""
-        return self.unsupported.get(clause)
+        """The declared reason ``clause`` is not supported (by its id, or by the
+        name of the optional capability it is), or None."""
+        if clause in self.unsupported:
+            return self.unsupported[clause]
+        for capability, of in CAPABILITIES.items():
+            if of == clause and capability in self.unsupported:
+                return self.unsupported[capability]
+        return None
 
     def supports_world_size(self, n: int) -> bool:
         return self.world_sizes is None or n in self.world_sizes
@@ -108,7 +116,7 @@ def _validate_declarations(
         out[key] = reason
     if world_sizes is not None:
         ws = tuple(world_sizes)
-        if not ws or not all(isinstance(n, int) and n >= 1 for n in ws):
+        if not ws or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in ws):
             raise ValueError(f"backend {name!r}: 'world_sizes' must be ints >= 1, got {world_sizes!r}")
         return out, ws
     return out, None
@@ -145,4 +153,10 @@ def load_backend(spec: str, extra_unsupported: Mapping[str, str] | None = None) 
     if extra_unsupported:
         more, _ = _validate_declarations(spec, extra_unsupported, None)
         unsupported.update(more)
-    return LoadedBackend(spec, cast(Backend, factory), unsupported, world_sizes)
+    start_methods = getattr(factory, "start_methods", None)
+    if start_methods is not None:
+        start_methods = tuple(start_methods)
+        bad = [s for s in start_methods if s not in START_METHODS]
+        if bad or not start_methods:
+            raise ValueError(f"backend {spec!r}: 'start_methods' must name some of {START_METHODS}, got {bad}")
+    return LoadedBackend(spec, cast(Backend, factory), unsupported, world_sizes, start_methods)

@@ -27,6 +27,9 @@ from harness.contract import RemoteCallError, RPCTimeoutError
 
 __all__ = ["CallFuture", "FutureQueue", "PendingCall", "Reply"]
 
+# How long a thread waits for the queue lock before looking at its future again.
+_LOCK_SLICE_S = 0.05
+
 
 class Reply(NamedTuple):
     """One rank's answer to one call. ``error`` is (type name, message, traceback).
@@ -50,17 +53,26 @@ class CallFuture(concurrent.futures.Future[Any]):
         self._queue = queue
 
     def result(self, timeout: float | None = None) -> Any:
-        self._queue.drive(self, timeout)
+        self._drive(timeout)
         return super().result(timeout=0)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        self._queue.drive(self, timeout)
+        self._drive(timeout)
         return super().exception(timeout=0)
 
     def done(self) -> bool:
         if not super().done():
-            self._queue.drive(self, 0)
+            self._drive(0)
         return super().done()
+
+    def _drive(self, timeout: float | None) -> None:
+        try:
+            self._queue.drive(self, timeout)
+        except Exception:
+            # A broken transport has failed every pending call, this one
+            # included: its own state now tells the caller what happened.
+            if not super().done():
+                raise
 
 
 @dataclass
@@ -123,25 +135,34 @@ class FutureQueue:
     def drive(self, target: concurrent.futures.Future[Any], timeout: float | None) -> None:
         """Complete calls in order until ``target`` is done or ``timeout`` s passed."""
         end = None if timeout is None else time.monotonic() + timeout
-        if not self.lock.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
-            return
-        try:
-            while not _settled(target):
+        while not _settled(target):
+            # Another thread may be driving: take turns in short slices, so that a
+            # future it completes for us is seen without waiting for its call.
+            slice_s = _LOCK_SLICE_S if end is None else max(0.0, min(_LOCK_SLICE_S, end - time.monotonic()))
+            if self.lock.acquire(timeout=slice_s):
+                try:
+                    self._drive_locked(target, end)
+                finally:
+                    self.lock.release()
+                return
+            if end is not None and time.monotonic() >= end:
+                return
+
+    def _drive_locked(self, target: concurrent.futures.Future[Any], end: float | None) -> None:
+        while not _settled(target):
+            self._expire(time.monotonic())
+            if _settled(target):
+                return
+            now = time.monotonic()
+            wait = _earliest(end, self._next_deadline())
+            if wait is not None:
+                wait = max(0.0, wait - now)
+            if end is not None and now >= end:
+                wait = 0.0
+            self.pump(wait)
+            if end is not None and time.monotonic() >= end and not _settled(target):
                 self._expire(time.monotonic())
-                if _settled(target):
-                    return
-                now = time.monotonic()
-                wait = _earliest(end, self._next_deadline())
-                if wait is not None:
-                    wait = max(0.0, wait - now)
-                if end is not None and now >= end:
-                    wait = 0.0
-                self.pump(wait)
-                if end is not None and time.monotonic() >= end and not _settled(target):
-                    self._expire(time.monotonic())
-                    return
-        finally:
-            self.lock.release()
+                return
 
     def pump(self, timeout: float | None) -> None:
         """Receive what arrives within ``timeout`` s and complete what is complete."""
@@ -150,7 +171,7 @@ class FutureQueue:
                 raise self._broken
             try:
                 replies = self._receive(timeout)
-            except BaseException as exc:
+            except Exception as exc:
                 self.fail_all(exc)
                 raise
             for reply in replies:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-__all__ = ["Snapshot", "diff", "listening_sockets", "shm_segments", "snapshot", "wait_clean"]
+__all__ = ["Snapshot", "baseline", "diff", "listening_sockets", "shm_segments", "snapshot", "wait_clean"]
 
 _SHM_DIR = "/dev/shm"
 _LOOPBACK_PREFIXES = ("127.", "::1", "::ffff:127.")
@@ -71,6 +71,18 @@ def snapshot() -> Snapshot:
         listening=set(listening_sockets()),
         fds=proc.num_fds() if hasattr(proc, "num_fds") else 0,
     )
+
+
+def baseline() -> Snapshot:
+    """A snapshot to compare with after a test. Starts what Python itself keeps
+    for the whole process first (multiprocessing's resource tracker), so that
+    it does not count as the test's."""
+    import gc
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+    gc.collect()
+    return snapshot()
 
 
 def diff(before: Snapshot, after: Snapshot, fd_slack: int = 0) -> list[str]:

@@ -111,3 +111,39 @@ def listening_sockets(worker: Any) -> list[tuple[str, int]]:
     from harness.leaks import listening_sockets as _ls
 
     return _ls(os.getpid())
+
+
+def echo_value(worker: Any, value: Any) -> Any:
+    return value
+
+
+def sleep_then_echo(worker: Any, seconds: float, value: Any) -> tuple[int, Any]:
+    time.sleep(seconds)
+    return int(worker.rank), value
+
+
+def count_calls(worker: Any, key: str) -> int:
+    """Counts the calls this worker saw under ``key`` (state kept on the worker)."""
+    counts = getattr(worker, "_harness_counts", None)
+    if counts is None:
+        counts = {}
+        worker._harness_counts = counts
+    counts[key] = counts.get(key, 0) + 1
+    return int(counts[key])
+
+
+#: The string method ``install_echo_method`` adds to a worker.
+ECHO_METHOD = "harness_echo"
+
+
+def install_echo_method(worker: Any) -> None:
+    """Gives the worker a method ``harness_echo``, so string methods can be tested on any worker."""
+    import functools
+
+    setattr(worker, ECHO_METHOD, functools.partial(echo, worker))
+
+
+def sleep_on_rank_then(worker: Any, rank: int, seconds: float, value: Any) -> Any:
+    if worker.rank == rank:
+        time.sleep(seconds)
+    return value

@@ -85,6 +85,9 @@ class RingWriter:
         return self
 
     def __init__(self, n_readers: int, n_slots: int = 32, slot_size: int = 128 * 1024) -> None:
+        for arg, value in (("n_readers", n_readers), ("n_slots", n_slots), ("slot_size", slot_size)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"RingWriter: {arg} must be an int, got {value!r}")
         if n_readers < 1:
             raise ValueError(f"RingWriter: n_readers must be >= 1, got {n_readers}")
         if n_slots < 2:

@@ -158,6 +158,7 @@ def create(config: ExecutorConfig) -> UniprocExecutor:
 
 
 create.world_sizes = (1,)  # type: ignore[attr-defined]
+create.start_methods = ("spawn",)  # type: ignore[attr-defined]  # starts no process: one variant is enough
 create.unsupported = {  # type: ignore[attr-defined]
     "C7": "calls run on the caller's thread and cannot be interrupted by a timeout",
     "C8": "the worker is the caller's own process: it cannot die apart from the caller",

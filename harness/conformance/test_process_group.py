@@ -1,0 +1,37 @@
+"""C14, C15: ranks, processes, and collectives across the workers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from harness import probes
+from harness.conformance._checks import expect_equal
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.mark.clause("C14")
+def test_c14_worker_rank_is_the_process_group_rank_one_process_per_rank(executor: Any, world_size: int) -> None:
+    info = executor.collective_rpc(probes.dist_info)
+    expect_equal([i[0] for i in info], list(range(world_size)), "worker.rank per entry")
+    expect_equal([i[1] for i in info], list(range(world_size)), "torch.distributed.get_rank() per entry")
+    expect_equal({i[2] for i in info}, {world_size}, "torch.distributed.get_world_size()")
+    pids = [i[3] for i in info]
+    assert len(set(pids)) == world_size, f"got pids {pids}, expected one process per rank"
+
+
+def expected_collectives(n: int) -> dict[str, Any]:
+    total = float(n * (n + 1) // 2)
+    return {
+        "all_reduce": [total] * 4,
+        "all_gather": [[float(r), float(r * r)] for r in range(n)],
+        "broadcast": [0.0, 1.0, 2.0],
+    }
+
+
+@pytest.mark.clause("C15")
+def test_c15_collectives_are_correct(executor: Any, world_size: int, executor_config: Any) -> None:
+    got = executor.collective_rpc(probes.collectives, args=(executor_config.device,))
+    expect_equal(got, [expected_collectives(world_size)] * world_size, "all_reduce/all_gather/broadcast/barrier")

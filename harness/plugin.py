@@ -1,0 +1,512 @@
+"""The pytest plugin: backends as parameters, isolation, leak checks, the clause report.
+
+Loaded through the ``pytest11`` entry point. For every test that uses the
+``backend`` fixture (all of ``harness.conformance``):
+
+- it is parametrised over the selected backends, world sizes and start methods
+  (``--backend``, ``--world-size``, ``--start-method``);
+- it runs in a fresh forked process that leads its own process group, so one
+  backend's leftovers never reach the next test; past its timeout the whole
+  group is killed, the stacks it dumped are attached, the test is reported
+  failed, and the run goes on;
+- a clause the backend declares unsupported is skipped with its reason;
+- its outcome lands in the clause x backend matrix printed at the end.
+
+The pytest parent never imports torch's CUDA nor starts a worker.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from harness.backends import BackendUnavailableError, LoadedBackend, load_backend
+from harness.contract import CLAUSES, START_METHODS, Executor, ExecutorConfig
+from harness.report import ClauseMatrix, machine_settings
+
+__all__ = ["Variant"]
+
+HELP_BACKEND = (
+    "backends under test, comma-separated: built-in names (uni, mp, ray, ...), "
+    "'module:attr' factories, or harness.backends entry points"
+)
+HELP_WORLD_SIZE = "world sizes to run, comma-separated (default 1,2,4; each backend keeps those it supports)"
+HELP_START_METHOD = "start methods to run, comma-separated (default spawn,fork)"
+HELP_DECLARE = "clauses to treat as declared unsupported for every backend, comma-separated (e.g. C12,C22)"
+HELP_TIMEOUT = "seconds after which an isolated test is killed with its process group (default 300)"
+HELP_ISOLATE = "run each (test, backend) pair in a fresh forked process (default on; 'no' to run in-process)"
+
+_DEFAULT_WORLD_SIZES = "1,2,4"
+_DEFAULT_TIMEOUT_S = 300.0
+
+matrix_key = pytest.StashKey[ClauseMatrix]()
+options_key = pytest.StashKey["_Options"]()
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One parametrisation: a backend at a world size and start method."""
+
+    backend: LoadedBackend
+    world_size: int
+    start_method: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.backend.name}-ws{self.world_size}-{self.start_method}"
+
+
+@dataclass
+class _Options:
+    backends: list[str]
+    world_sizes: list[int]
+    start_methods: list[str]
+    declared: dict[str, str]
+    timeout_s: float
+    isolate: bool
+    loaded: dict[str, LoadedBackend | BaseException]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Register the harness options and their ini twins."""
+    group = parser.getgroup("harness", "executor conformance")
+    group.addoption("--backend", dest="harness_backend", default=None, help=HELP_BACKEND)
+    group.addoption("--world-size", dest="harness_world_size", default=None, help=HELP_WORLD_SIZE)
+    group.addoption("--start-method", dest="harness_start_method", default=None, help=HELP_START_METHOD)
+    group.addoption("--declare", dest="harness_declare", default=None, help=HELP_DECLARE)
+    group.addoption("--harness-timeout", dest="harness_timeout", default=None, help=HELP_TIMEOUT)
+    group.addoption("--isolate", dest="harness_isolate", default=None, help=HELP_ISOLATE)
+    group.addoption("--report-json", dest="harness_report_json", default=None, help="write the clause matrix as JSON")
+    group.addoption("--report-md", dest="harness_report_md", default=None, help="write the clause matrix as Markdown")
+    parser.addini("harness_backends", HELP_BACKEND, default="")
+    parser.addini("harness_world_sizes", HELP_WORLD_SIZE, default="")
+    parser.addini("harness_start_methods", HELP_START_METHOD, default="")
+    parser.addini("harness_timeout", HELP_TIMEOUT, default="")
+
+
+def _setting(config: pytest.Config, option: str, env: str, ini: str, default: str) -> tuple[str, str]:
+    """Command line > environment > ini > default, with where the value came from."""
+    value = config.getoption(option)
+    if value is not None:
+        return str(value), "the command line"
+    if os.environ.get(env):
+        return os.environ[env], f"the environment variable {env}"
+    if ini and config.getini(ini):
+        return str(config.getini(ini)), f"the ini setting {ini}"
+    return default, "the default"
+
+
+def _split(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _parse_options(config: pytest.Config) -> _Options:
+    backends, _ = _setting(config, "harness_backend", "HARNESS_BACKEND", "harness_backends", "")
+    ws_text, ws_where = _setting(
+        config, "harness_world_size", "HARNESS_WORLD_SIZE", "harness_world_sizes", _DEFAULT_WORLD_SIZES
+    )
+    sm_text, sm_where = _setting(
+        config, "harness_start_method", "HARNESS_START_METHOD", "harness_start_methods", ",".join(START_METHODS)
+    )
+    to_text, to_where = _setting(
+        config, "harness_timeout", "HARNESS_TIMEOUT", "harness_timeout", str(_DEFAULT_TIMEOUT_S)
+    )
+    world_sizes = []
+    for v in _split(ws_text):
+        if not v.isdigit() or int(v) < 1:
+            raise pytest.UsageError(f"Invalid world size {v!r} from {ws_where}: expected integers >= 1")
+        world_sizes.append(int(v))
+    start_methods = _split(sm_text)
+    for sm in start_methods:
+        if sm not in START_METHODS:
+            raise pytest.UsageError(f"Invalid start method {sm!r} from {sm_where}: expected one of {START_METHODS}")
+    try:
+        timeout_s = float(to_text)
+        if timeout_s <= 0:
+            raise ValueError
+    except ValueError:
+        raise pytest.UsageError(f"Invalid timeout {to_text!r} from {to_where}: expected seconds > 0") from None
+    declared = {}
+    for clause in _split(config.getoption("harness_declare") or ""):
+        if clause not in CLAUSES:
+            raise pytest.UsageError(f"Invalid clause {clause!r} from --declare: expected C1..C{len(CLAUSES)}")
+        declared[clause] = "declared unsupported with --declare"
+    isolate_text = (config.getoption("harness_isolate") or "yes").lower()
+    if isolate_text not in ("yes", "no"):
+        raise pytest.UsageError(f"Invalid --isolate {isolate_text!r} from the command line: expected yes or no")
+    return _Options(_split(backends), world_sizes, start_methods, declared, timeout_s, isolate_text == "yes", {})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the markers; parse and check the harness settings."""
+    config.addinivalue_line("markers", "gpu(min_gpus=1): needs N CUDA GPUs (NCCL tier); skips with the count found")
+    config.addinivalue_line("markers", "distributed: starts workers; runs once per backend, in its own process")
+    config.addinivalue_line("markers", "perf: compares latency with a stored baseline")
+    config.addinivalue_line("markers", "clause(*ids): the SPEC.md clauses this test checks")
+    config.stash[options_key] = _parse_options(config)
+    matrix = ClauseMatrix()
+    opts = config.stash[options_key]
+    matrix.settings = machine_settings(
+        {
+            "backends": ",".join(opts.backends) or "(none)",
+            "world sizes": opts.world_sizes,
+            "start methods": opts.start_methods,
+        }
+    )
+    config.stash[matrix_key] = matrix
+
+
+def _load(opts: _Options, name: str) -> LoadedBackend | BaseException:
+    if name not in opts.loaded:
+        try:
+            opts.loaded[name] = load_backend(name, opts.declared)
+        except (ImportError, ValueError, TypeError) as exc:
+            opts.loaded[name] = exc
+    return opts.loaded[name]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrise every test that uses ``backend`` over the selected variants."""
+    if "harness_variant" not in metafunc.fixturenames:
+        return
+    opts = metafunc.config.stash[options_key]
+    if not opts.backends:
+        raise pytest.UsageError(
+            "no backend to test: pass --backend NAME (e.g. --backend mp), set HARNESS_BACKEND, "
+            "or the ini setting harness_backends"
+        )
+    params = []
+    for name in opts.backends:
+        loaded = _load(opts, name)
+        if isinstance(loaded, BaseException):
+            reason = f"backend {name!r} unavailable: {loaded}"
+            mark = pytest.mark.skip(reason=reason) if isinstance(loaded, BackendUnavailableError) else None
+            if mark is None:
+                raise pytest.UsageError(reason)
+            params.append(pytest.param(None, id=name, marks=mark))
+            continue
+        starts = [s for s in opts.start_methods if s in (loaded.start_methods or START_METHODS)]
+        for ws in opts.world_sizes:
+            if not loaded.supports_world_size(ws):
+                continue
+            for sm in starts:
+                v = Variant(loaded, ws, sm)
+                params.append(pytest.param(v, id=v.id))
+    metafunc.parametrize("harness_variant", params, indirect=True)
+
+
+@pytest.fixture
+def harness_variant(request: pytest.FixtureRequest) -> Variant:
+    variant: Variant = request.param
+    return variant
+
+
+@pytest.fixture
+def backend(harness_variant: Variant) -> LoadedBackend:
+    """The backend under test (factory plus its declarations)."""
+    return harness_variant.backend
+
+
+@pytest.fixture
+def world_size(harness_variant: Variant) -> int:
+    return harness_variant.world_size
+
+
+@pytest.fixture
+def start_method(harness_variant: Variant) -> str:
+    return harness_variant.start_method
+
+
+@pytest.fixture
+def executor_config(harness_variant: Variant) -> ExecutorConfig:
+    return ExecutorConfig(world_size=harness_variant.world_size, start_method=harness_variant.start_method)
+
+
+@pytest.fixture
+def executor(backend: LoadedBackend, executor_config: ExecutorConfig) -> Iterator[Executor]:
+    """An executor for this test; shut down after it, and checked for leaks."""
+    from harness import leaks
+
+    before = leaks.baseline()
+    ex = backend.factory(executor_config)
+    try:
+        yield ex
+    finally:
+        ex.shutdown()
+    problems = leaks.wait_clean(before, timeout=10.0)
+    if problems:
+        pytest.fail(f"{backend.name}: the executor leaked after shutdown: " + "; ".join(problems), pytrace=False)
+
+
+def gpu_count() -> int:
+    """CUDA GPUs on this machine, found without initialising CUDA in this process."""
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    found = sum(1 for line in out.splitlines() if line.startswith("GPU "))
+    if visible is not None:
+        found = min(found, len([v for v in visible.split(",") if v.strip()]))
+    return found
+
+
+def _clauses(item: pytest.Item) -> list[str]:
+    return [c for m in item.iter_markers("clause") for c in m.args]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark backend tests distributed; skip GPU tests on machines with too few GPUs."""
+    found: int | None = None
+    for item in items:
+        if "harness_variant" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.distributed)
+        for clause in _clauses(item):
+            if clause not in CLAUSES:
+                raise pytest.UsageError(f"{item.nodeid}: clause marker names unknown clause {clause!r}")
+        gpu = item.get_closest_marker("gpu")
+        if gpu is not None:
+            need = int(gpu.kwargs.get("min_gpus", gpu.args[0] if gpu.args else 1))
+            if found is None:
+                found = gpu_count()
+            if found < need:
+                item.add_marker(pytest.mark.skip(reason=f"needs {need} GPU{'s' * (need > 1)}, found {found}"))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Tag the report with clause and backend; skip clauses the backend declares unsupported."""
+    clauses = _clauses(item)
+    variant = _variant_of(item)
+    if not clauses or variant is None:
+        return
+    item.user_properties.append(("harness_clauses", ",".join(clauses)))
+    item.user_properties.append(("harness_backend", variant.backend.name))
+    item.user_properties.append(("harness_variant", variant.id))
+    for clause in clauses:
+        reason = variant.backend.declared(clause)
+        if reason:
+            item.user_properties.append(("harness_declared", reason))
+            pytest.skip(f"{variant.backend.name} declares {clause} unsupported: {reason}")
+
+
+def _variant_of(item: pytest.Item) -> Variant | None:
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return None
+    v = callspec.params.get("harness_variant")
+    return v if isinstance(v, Variant) else None
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Fold each outcome into the clause matrix."""
+    props = dict(report.user_properties)
+    if "harness_clauses" not in props:
+        return
+    matrix = _MATRIX.get("current")
+    if matrix is None:
+        return
+    column = str(props["harness_backend"])
+    for clause in str(props["harness_clauses"]).split(","):
+        if report.failed:
+            matrix.add(clause, column, "FAIL", f"{props['harness_variant']}: {report.nodeid.split('::')[-1]}")
+        elif report.skipped and report.when == "setup":
+            if "harness_declared" in props:
+                matrix.add(clause, column, "declared", str(props["harness_declared"]))
+            else:
+                reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+                matrix.add(clause, column, "skipped", str(reason))
+        elif report.passed and report.when == "call":
+            matrix.add(clause, column, "pass")
+
+
+_MATRIX: dict[str, ClauseMatrix] = {}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Make the matrix reachable from the report hook."""
+    _MATRIX["current"] = session.config.stash[matrix_key]
+    if session.config.stash[options_key].isolate:
+        # One resource tracker for the whole run, started here: forked test
+        # processes share it instead of each leaving one behind in its group.
+        from multiprocessing import resource_tracker
+
+        resource_tracker.ensure_running()
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """Print the clause matrix; write JSON and Markdown when asked."""
+    matrix = config.stash[matrix_key]
+    if not matrix.cells:
+        return
+    terminalreporter.section("harness conformance: clause x backend")
+    for key, value in matrix.settings.items():
+        terminalreporter.write_line(f"{key}: {value}")
+    terminalreporter.write_line("")
+    terminalreporter.write_line(matrix.render_terminal())
+    matrix.write(config.getoption("harness_report_json"), config.getoption("harness_report_md"))
+
+
+# ---- isolation ---------------------------------------------------------------------
+
+
+def _timeout_of(item: pytest.Item, default: float) -> float:
+    marker = item.get_closest_marker("timeout")  # pytest-timeout's marker, if the test sets one
+    if marker is not None and marker.args:
+        return float(marker.args[0])
+    return default
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+    """Run distributed tests in a forked child that leads its own process group."""
+    opts = item.config.stash[options_key]
+    if not opts.isolate or item.get_closest_marker("distributed") is None or not hasattr(os, "fork"):
+        return None
+    ihook = item.ihook
+    ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    for report in _run_isolated(item, _timeout_of(item, opts.timeout_s)):
+        ihook.pytest_runtest_logreport(report=report)
+    ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+    return True
+
+
+def _run_isolated(item: pytest.Item, timeout_s: float) -> list[pytest.TestReport]:
+    from _pytest.runner import runtestprotocol
+
+    config = item.config
+    stacks = tempfile.NamedTemporaryFile(prefix="harness-stacks-", suffix=".txt", delete=False)  # noqa: SIM115
+    stacks.close()
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: run the test, send the reports, never return into pytest
+        code = 0
+        try:
+            os.close(read_fd)
+            os.setpgid(0, 0)
+            with open(stacks.name, "w", encoding="utf-8") as dump:
+                # The parent asks for the stacks with SIGUSR1 before it kills us.
+                # (Not dump_traceback_later: a watchdog thread the parent had at
+                # fork time is gone here, and re-arming it would deadlock.)
+                faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True)
+                reports = runtestprotocol(item, log=False, nextitem=None)
+            data = [config.hook.pytest_report_to_serializable(config=config, report=r) for r in reports]
+            with os.fdopen(write_fd, "w", encoding="utf-8") as out:
+                json.dump(data, out)
+        except BaseException:  # noqa: BLE001 - report through the exit code; the parent explains
+            code = 3
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    start = time.monotonic()
+    chunks: list[bytes] = []
+    timed_out = False
+    deadline = start + timeout_s
+    import select as _select
+
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            timed_out = True
+            break
+        ready, _, _ = _select.select([read_fd], [], [], remaining)
+        if ready:
+            chunk = os.read(read_fd, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    os.close(read_fd)
+    if timed_out:
+        try:
+            os.kill(pid, signal.SIGUSR1)
+            time.sleep(1.0)  # time to write the stacks
+        except ProcessLookupError:
+            pass
+        _kill_group(pid, settle_s=0)
+    _, status = os.waitpid(pid, 0)
+    leftover = _kill_group(pid)  # anything the test left in its group (workers) dies now
+    with open(stacks.name, encoding="utf-8", errors="replace") as f:
+        dumped = f.read()
+    os.unlink(stacks.name)
+    if timed_out:
+        return [
+            _synthetic(
+                item,
+                "call",
+                f"timed out after {timeout_s:g} s: killed with its process group "
+                f"(leftover processes: {leftover}).\nStacks at the timeout:\n{dumped}",
+            )
+        ]
+    try:
+        data = json.loads(b"".join(chunks).decode())
+        reports = [config.hook.pytest_report_from_serializable(config=config, data=d) for d in data]
+    except ValueError:
+        return [_synthetic(item, "call", f"the test process died (status {status}) before reporting.\n{dumped}")]
+    if leftover:
+        reports.append(_synthetic(item, "teardown", f"processes left running after the test: {leftover}"))
+    return reports
+
+
+def _kill_group(pgid: int, settle_s: float = 2.0) -> list[int]:
+    """SIGKILL every process in the group, after ``settle_s`` s for them to exit
+    on their own; return the pids that had not."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        pids = _group_members(pgid)
+        if not pids or time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    return pids
+
+
+def _group_members(pgid: int) -> list[int]:
+    import psutil
+
+    pids = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.pid != pgid and proc.status() != psutil.STATUS_ZOMBIE:
+                pids.append(proc.pid)
+        except (ProcessLookupError, psutil.Error, OSError):
+            continue
+    return pids
+
+
+def _synthetic(item: pytest.Item, when: str, message: str) -> pytest.TestReport:
+    variant = _variant_of(item)
+    props: list[tuple[str, object]] = []
+    clauses = _clauses(item)
+    if clauses and variant is not None:
+        props = [
+            ("harness_clauses", ",".join(clauses)),
+            ("harness_backend", variant.backend.name),
+            ("harness_variant", variant.id),
+        ]
+    return pytest.TestReport(
+        item.nodeid,
+        item.location,
+        dict.fromkeys(item.keywords, 1),
+        "failed",
+        f"[harness] {item.nodeid}: {message}",
+        when,
+        [],
+        0.0,
+        props,
+    )
