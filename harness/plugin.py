@@ -391,6 +391,10 @@ def _run_isolated(item: pytest.Item, timeout_s: float) -> list[pytest.TestReport
     stacks = tempfile.NamedTemporaryFile(prefix="harness-stacks-", suffix=".txt", delete=False)  # noqa: SIM115
     stacks.close()
     read_fd, write_fd = os.pipe()
+    # pytest's faulthandler_timeout keeps a watchdog thread armed around each
+    # test. A forked child would inherit it armed but without its thread, and
+    # deadlock the first time it is cancelled; our own timeout replaces it.
+    faulthandler.cancel_dump_traceback_later()
     pid = os.fork()
     if pid == 0:  # the child: run the test, send the reports, never return into pytest
         code = 0
@@ -399,8 +403,6 @@ def _run_isolated(item: pytest.Item, timeout_s: float) -> list[pytest.TestReport
             os.setpgid(0, 0)
             with open(stacks.name, "w", encoding="utf-8") as dump:
                 # The parent asks for the stacks with SIGUSR1 before it kills us.
-                # (Not dump_traceback_later: a watchdog thread the parent had at
-                # fork time is gone here, and re-arming it would deadlock.)
                 faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True)
                 reports = runtestprotocol(item, log=False, nextitem=None)
             data = [config.hook.pytest_report_to_serializable(config=config, report=r) for r in reports]
@@ -453,6 +455,9 @@ def _run_isolated(item: pytest.Item, timeout_s: float) -> list[pytest.TestReport
     try:
         data = json.loads(b"".join(chunks).decode())
         reports = [config.hook.pytest_report_from_serializable(config=config, data=d) for d in data]
+        for report in reports:
+            if isinstance(report.longrepr, list):  # a skip's (path, line, reason), listed by JSON
+                report.longrepr = tuple(report.longrepr)
     except ValueError:
         return [_synthetic(item, "call", f"the test process died (status {status}) before reporting.\n{dumped}")]
     if leftover:

@@ -78,6 +78,8 @@ def test_c13_workers_exit_when_the_caller_is_sigkilled(backend: Any, executor_co
     finally:
         driver.kill()
         driver.wait(timeout=30)
+        if driver.stdout:
+            driver.stdout.close()
     alive = [p for p in pids if not wait_until(lambda p=p: process_gone(p), 10)]
     for p in alive:  # do not leave them to the next test
         try:
