@@ -150,7 +150,9 @@ def _parse_options(config: pytest.Config) -> _Options:
 
 def pytest_configure(config: pytest.Config) -> None:
     """Register the markers; parse and check the harness settings."""
-    config.addinivalue_line("markers", "gpu(min_gpus=1): needs N CUDA GPUs (NCCL tier); skips with the count found")
+    config.addinivalue_line(
+        "markers", "gpu(min_gpus=N): needs N CUDA GPUs (default: one per rank); skips with the count found"
+    )
     config.addinivalue_line("markers", "distributed: starts workers; runs once per backend, in its own process")
     config.addinivalue_line("markers", "perf: compares latency with a stored baseline")
     config.addinivalue_line("markers", "clause(*ids): the SPEC.md clauses this test checks")
@@ -279,7 +281,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 raise pytest.UsageError(f"{item.nodeid}: clause marker names unknown clause {clause!r}")
         gpu = item.get_closest_marker("gpu")
         if gpu is not None:
-            need = int(gpu.kwargs.get("min_gpus", gpu.args[0] if gpu.args else 1))
+            variant = _variant_of(item)
+            # Without min_gpus, a backend test needs one GPU per rank.
+            default = variant.world_size if variant is not None else 1
+            need = int(gpu.kwargs.get("min_gpus", gpu.args[0] if gpu.args else default))
             if found is None:
                 found = gpu_count()
             if found < need:
@@ -505,13 +510,11 @@ def _synthetic(item: pytest.Item, when: str, message: str) -> pytest.TestReport:
             ("harness_variant", variant.id),
         ]
     return pytest.TestReport(
-        item.nodeid,
-        item.location,
-        dict.fromkeys(item.keywords, 1),
-        "failed",
-        f"[harness] {item.nodeid}: {message}",
-        when,
-        [],
-        0.0,
-        props,
+        nodeid=item.nodeid,
+        location=item.location,
+        keywords=dict.fromkeys(item.keywords, 1),
+        outcome="failed",
+        longrepr=f"[harness] {item.nodeid}: {message}",
+        when=when,  # type: ignore[arg-type]
+        user_properties=props,
     )

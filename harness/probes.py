@@ -147,3 +147,16 @@ def sleep_on_rank_then(worker: Any, rank: int, seconds: float, value: Any) -> An
     if worker.rank == rank:
         time.sleep(seconds)
     return value
+
+
+def tensor_parallel_forward(worker: Any, seed: int, dims: tuple[int, int, int], dtype: str, device: str) -> Any:
+    """The sharded forward pass of ``harness.models`` on this rank, returned on the CPU."""
+    import torch
+    import torch.distributed as dist
+
+    from harness import models
+
+    w = models.make_weights(seed, *dims, dtype=dtype)
+    dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
+    out = models.sharded_forward(w, dist.get_rank(), dist.get_world_size(), dev)
+    return out.cpu()

@@ -41,7 +41,7 @@ def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 
 def process_gone(pid: int) -> bool:
     """True once ``pid`` has exited (a zombie counts as exited but not reaped)."""
     try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
         return True
 
@@ -52,10 +52,19 @@ def process_reaped(pid: int) -> bool:
         proc = psutil.Process(pid)
         if proc.status() != psutil.STATUS_ZOMBIE:
             return False
-        return proc.ppid() != os.getpid()  # an orphan zombie is init's to reap, not ours
+        return bool(proc.ppid() != os.getpid())  # an orphan zombie is init's to reap, not ours
     except psutil.NoSuchProcess:
         return True
 
 
 def token() -> str:
     return os.urandom(6).hex()
+
+
+def on_rank(rank: int) -> Callable[[str], str]:
+    """A message prefixer for ``torch.testing.assert_close(msg=...)``."""
+
+    def prefix(message: str) -> str:
+        return f"rank {rank}: {message}"
+
+    return prefix

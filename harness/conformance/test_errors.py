@@ -43,7 +43,7 @@ def test_c7_timeout_raises_in_time_and_no_late_reply_reaches_a_later_call(execut
     assert took <= t + 2, f"TimeoutError after {took:.1f} s, expected within {t + 2:g} s"
     # Later calls either get their own result, or all fail with an error:
     # never the late "late" reply of the timed-out call.
-    outcomes = []
+    outcomes: list[tuple[str, str]] = []
     deadline = time.monotonic() + slow + 10
     while time.monotonic() < deadline and len(outcomes) < 4:
         tag = token()

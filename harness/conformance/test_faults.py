@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -80,7 +81,7 @@ def test_c13_workers_exit_when_the_caller_is_sigkilled(backend: Any, executor_co
         driver.wait(timeout=30)
         if driver.stdout:
             driver.stdout.close()
-    alive = [p for p in pids if not wait_until(lambda p=p: process_gone(p), 10)]
+    alive = [p for p in pids if not wait_until(functools.partial(process_gone, p), 10)]
     for p in alive:  # do not leave them to the next test
         try:
             os.kill(p, signal.SIGKILL)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import threading
@@ -30,7 +31,7 @@ def _remote_pids(ex: Any) -> list[int]:
 
 def _assert_clean(before: leaks.Snapshot, pids: list[int], what: str) -> None:
     __tracebackhide__ = True
-    alive = [p for p in pids if not wait_until(lambda p=p: process_reaped(p), 10)]
+    alive = [p for p in pids if not wait_until(functools.partial(process_reaped, p), 10)]
     assert not alive, f"{what}: worker processes {alive} have not exited and been reaped"
     problems = leaks.wait_clean(before, timeout=10)
     assert not problems, f"{what}: " + "; ".join(problems)
@@ -50,7 +51,7 @@ def test_c9_shutdown_is_bounded_with_a_hung_worker_and_cleans_up(
     _assert_clean(before, pids, "after shutdown()")
     with within(5, "a second shutdown()"):
         ex.shutdown()
-    with within(5, "a call after shutdown()"), pytest.raises(Exception):
+    with within(5, "a call after shutdown()"), pytest.raises(Exception):  # noqa: B017 - SPEC names no type
         ex.collective_rpc(probes.rank)
 
 
@@ -88,7 +89,7 @@ def test_c11_with_block_shuts_down_on_exit(backend: Any, executor_config: Execut
         pids = _remote_pids(ex)
         ex.collective_rpc(probes.rank)
     _assert_clean(before, pids, "after leaving the with block")
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 - SPEC names no type
         ex.collective_rpc(probes.rank)
 
 
@@ -112,7 +113,7 @@ def test_c12_dropping_the_last_reference_stops_the_workers(backend: Any, executo
     pids = _remote_pids(ex)
     del ex
     gc.collect()
-    alive = [p for p in pids if not wait_until(lambda p=p: process_gone(p), 10)]
+    alive = [p for p in pids if not wait_until(functools.partial(process_gone, p), 10)]
     assert not alive, f"worker processes {alive} still run 10 s after the executor was dropped"
 
 

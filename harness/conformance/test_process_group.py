@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from harness import probes
-from harness.conformance._checks import expect_equal
+from harness.conformance._checks import expect_equal, on_rank
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -35,3 +35,23 @@ def expected_collectives(n: int) -> dict[str, Any]:
 def test_c15_collectives_are_correct(executor: Any, world_size: int, executor_config: Any) -> None:
     got = executor.collective_rpc(probes.collectives, args=(executor_config.device,))
     expect_equal(got, [expected_collectives(world_size)] * world_size, "all_reduce/all_gather/broadcast/barrier")
+
+
+@pytest.mark.clause("C16")
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+def test_c16_tensor_parallel_model_matches_the_dense_one(
+    executor: Any, world_size: int, executor_config: Any, dtype: str
+) -> None:
+    import torch
+
+    from harness import models
+
+    dims = (32, 16 * 4 * 3, 24)  # the hidden size divides by every world size up to 4 (and 3)
+    got = executor.collective_rpc(probes.tensor_parallel_forward, args=(7, dims, dtype, executor_config.device))
+    expected = models.dense_forward(models.make_weights(7, *dims, dtype=dtype)).float()
+    rtol, atol = models.TOLERANCES[dtype]
+    for rank, out in enumerate(got):
+        assert out.shape == expected.shape, (
+            f"rank {rank}: got shape {tuple(out.shape)}, expected {tuple(expected.shape)}"
+        )
+        torch.testing.assert_close(out.float(), expected, rtol=rtol, atol=atol, msg=on_rank(rank))

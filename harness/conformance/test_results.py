@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import threading
 from typing import Any
 
@@ -85,6 +86,11 @@ def test_c4_non_block_returns_one_future_resolving_to_the_blocking_result(
     assert fut.done() and fut.exception() is None
 
 
+def _record(lock: threading.Lock, order: list[int], i: int, _future: Any) -> None:
+    with lock:
+        order.append(i)
+
+
 @pytest.mark.clause("C5")
 def test_c5_a_later_future_completes_the_earlier_ones_first(executor: Any, world_size: int) -> None:
     order: list[int] = []
@@ -92,7 +98,7 @@ def test_c5_a_later_future_completes_the_earlier_ones_first(executor: Any, world
     futures = []
     for i in range(5):
         fut = executor.collective_rpc(probes.sleep_then_echo, args=(0.1, i), non_block=True)
-        fut.add_done_callback(lambda f, i=i: (lock.acquire(), order.append(i), lock.release()))
+        fut.add_done_callback(functools.partial(_record, lock, order, i))
         futures.append(fut)
     expect_equal(futures[-1].result(timeout=60), [(r, 4) for r in range(world_size)], "last future")
     for i, fut in enumerate(futures):
@@ -141,7 +147,7 @@ def test_c21_done_callback_runs_once_with_its_future(executor: Any) -> None:
 def test_c21_done_callback_runs_when_a_later_call_completes_it(executor: Any) -> None:
     seen = concurrent.futures.Future()  # type: ignore[var-annotated]
     fut = executor.collective_rpc(probes.sleep, args=(0.1,), non_block=True)
-    fut.add_done_callback(lambda f: seen.set_result(f))
+    fut.add_done_callback(seen.set_result)
     executor.collective_rpc(probes.rank)
     executor.collective_rpc(probes.rank)
     fut.result(timeout=60)

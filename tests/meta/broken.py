@@ -1,0 +1,367 @@
+"""Deliberately broken backends, one bug each, built on the reference executor.
+
+The meta-tests run the conformance suite against each and expect the clause
+the bug breaks to FAIL: a check no broken backend can fail proves nothing.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from typing import Any
+
+from harness import ExecutorConfig
+from harness.executors.multiproc import MultiprocExecutor
+
+
+class _Wrapper:
+    def __init__(self, config: ExecutorConfig) -> None:
+        self.inner = MultiprocExecutor(config)
+        self.world_size = config.world_size
+
+    def collective_rpc(
+        self,
+        method: Any,
+        timeout: Any = None,
+        args: Any = (),
+        kwargs: Any = None,
+        non_block: bool = False,
+        unique_reply_rank: Any = None,
+    ) -> Any:
+        return self.inner.collective_rpc(method, timeout, args, kwargs, non_block, unique_reply_rank)
+
+    def check_health(self) -> None:
+        self.inner.check_health()
+
+    def register_failure_callback(self, callback: Any) -> None:
+        self.inner.register_failure_callback(callback)
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+class ArrivalOrder(_Wrapper):
+    """C1: results listed in the order ranks finished (highest rank first here)."""
+
+    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
+        out = super().collective_rpc(*a, **kw)
+        return list(reversed(out)) if isinstance(out, list) and kw.get("unique_reply_rank") is None else out
+
+
+class ListOfFutures(_Wrapper):
+    """C4: non_block returns a list of per-rank futures."""
+
+    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
+        out = super().collective_rpc(*a, **kw)
+        if kw.get("non_block"):
+            return [out] * self.world_size
+        return out
+
+
+class SwallowedException(_Wrapper):
+    """C6: a worker's exception becomes a None result."""
+
+    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
+        try:
+            return super().collective_rpc(*a, **kw)
+        except Exception as exc:
+            if "unique_reply_rank" in str(exc) or isinstance(exc, (ValueError, TypeError)):
+                raise
+            return [None] * self.world_size
+
+
+class SpinningThread(_Wrapper):
+    """C19: a background thread polls in a busy loop."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._spin, daemon=True)
+        self._thread.start()
+
+    def _spin(self) -> None:
+        while not self._stop.is_set():
+            pass
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        super().shutdown()
+
+
+class LeakedWorkers(_Wrapper):
+    """C9: shutdown forgets to stop the workers."""
+
+    def shutdown(self) -> None:
+        self.inner._finalizer.detach()
+
+
+class EagerCallbacks(_Wrapper):
+    """C21: the callback is called with the result, not the future."""
+
+    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
+        out = super().collective_rpc(*a, **kw)
+        if not kw.get("non_block"):
+            return out
+        wrapped: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        out.add_done_callback(lambda f: wrapped.set_result(f.result()))
+        original = wrapped.add_done_callback
+        wrapped.add_done_callback = lambda fn: original(lambda f: fn(f.result()))  # type: ignore[method-assign]
+        wrapped.result = lambda timeout=None: out.result(timeout)  # type: ignore[method-assign]
+        return wrapped
+
+
+def arrival_order(config: ExecutorConfig) -> ArrivalOrder:
+    return ArrivalOrder(config)
+
+
+def list_of_futures(config: ExecutorConfig) -> ListOfFutures:
+    return ListOfFutures(config)
+
+
+def swallowed_exception(config: ExecutorConfig) -> SwallowedException:
+    return SwallowedException(config)
+
+
+def spinning_thread(config: ExecutorConfig) -> SpinningThread:
+    return SpinningThread(config)
+
+
+def leaked_workers(config: ExecutorConfig) -> LeakedWorkers:
+    return LeakedWorkers(config)
+
+
+def eager_callbacks(config: ExecutorConfig) -> EagerCallbacks:
+    return EagerCallbacks(config)
+
+
+class IgnoresUniqueRank(_Wrapper):
+    """C2: unique_reply_rank is ignored (no range check, a list comes back)."""
+
+    def collective_rpc(
+        self,
+        method: Any,
+        timeout: Any = None,
+        args: Any = (),
+        kwargs: Any = None,
+        non_block: bool = False,
+        unique_reply_rank: Any = None,
+    ) -> Any:
+        return self.inner.collective_rpc(method, timeout, args, kwargs, non_block, None)
+
+
+class DropsKwargs(_Wrapper):
+    """C3: kwargs never reach the worker."""
+
+    def collective_rpc(
+        self,
+        method: Any,
+        timeout: Any = None,
+        args: Any = (),
+        kwargs: Any = None,
+        non_block: bool = False,
+        unique_reply_rank: Any = None,
+    ) -> Any:
+        return self.inner.collective_rpc(method, timeout, args, None, non_block, unique_reply_rank)
+
+
+class _OwnFuture(concurrent.futures.Future):  # type: ignore[type-arg]
+    """Completes only when asked itself: earlier futures stay pending."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__()
+        self._inner = inner
+
+    def result(self, timeout: Any = None) -> Any:
+        if not super().done():
+            try:
+                self.set_result(self._inner.result(timeout))
+            except Exception as exc:  # noqa: BLE001
+                self.set_exception(exc)
+        return super().result(0)
+
+
+class UnorderedFutures(_Wrapper):
+    """C5: a future completes only when its own result() is asked for."""
+
+    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
+        out = super().collective_rpc(*a, **kw)
+        return _OwnFuture(out) if kw.get("non_block") else out
+
+
+class IgnoresTimeout(_Wrapper):
+    """C7: the timeout is dropped."""
+
+    def collective_rpc(
+        self,
+        method: Any,
+        timeout: Any = None,
+        args: Any = (),
+        kwargs: Any = None,
+        non_block: bool = False,
+        unique_reply_rank: Any = None,
+    ) -> Any:
+        return self.inner.collective_rpc(method, None, args, kwargs, non_block, unique_reply_rank)
+
+
+class CallbacksTwice(_Wrapper):
+    """C8: every failure callback is registered, and so run, twice."""
+
+    def register_failure_callback(self, callback: Any) -> None:
+        self.inner.register_failure_callback(callback)
+        self.inner.register_failure_callback(callback)
+
+
+class LeakedThread(_Wrapper):
+    """C10: every executor leaves a thread behind."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        threading.Thread(target=threading.Event().wait, name="leaked", daemon=True).start()
+
+
+class ExitKeepsRunning(_Wrapper):
+    """C11: leaving the with block does not shut down."""
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+_KEPT: list[Any] = []
+
+
+class KeptAlive(_Wrapper):
+    """C12: a registry keeps every executor's resources alive, so gc never stops them."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        _KEPT.append(self.inner)
+
+
+def _shift_rank(worker: Any) -> None:
+    import torch.distributed as dist
+
+    worker.rank = (worker.rank + 1) % dist.get_world_size()
+
+
+class ShiftedRanks(_Wrapper):
+    """C14: worker.rank does not match the process-group rank."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        if config.world_size > 1:
+            self.inner.collective_rpc(_shift_rank)
+
+
+def _isolate_group(worker: Any, tmpdir: str) -> None:
+    import os
+
+    import torch.distributed as dist
+
+    dist.destroy_process_group()
+    dist.init_process_group("gloo", init_method=f"file://{tmpdir}/alone-{os.getpid()}", rank=0, world_size=1)
+
+
+class IsolatedGroups(_Wrapper):
+    """C15/C16: each worker sits in a process group of its own: collectives see one rank."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        import tempfile
+
+        super().__init__(config)
+        self._tmp = tempfile.TemporaryDirectory()
+        self.inner.collective_rpc(_isolate_group, args=(self._tmp.name,))
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        self._tmp.cleanup()
+
+
+class TruncatedPayloads(_Wrapper):
+    """C17: arguments over 1 MiB are cut to 1 MiB."""
+
+    def collective_rpc(
+        self,
+        method: Any,
+        timeout: Any = None,
+        args: Any = (),
+        kwargs: Any = None,
+        non_block: bool = False,
+        unique_reply_rank: Any = None,
+    ) -> Any:
+        args = tuple(a[: 1 << 20] if isinstance(a, bytes) else a for a in args)
+        return self.inner.collective_rpc(method, timeout, args, kwargs, non_block, unique_reply_rank)
+
+
+_LIVE: list[Any] = []
+
+
+def shared_singleton(config: ExecutorConfig) -> Any:
+    """C18: a second executor is the first one again."""
+    live = [ex for ex in _LIVE if not ex.inner._group.closed]
+    if live:
+        return live[0]
+    ex = _Wrapper(config)
+    _LIVE.append(ex)
+    return ex
+
+
+class PickleErrorInFuture(_Wrapper):
+    """C20: an unpicklable argument fails the future, not the call."""
+
+    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
+        try:
+            return super().collective_rpc(*a, **kw)
+        except Exception as exc:
+            if not kw.get("non_block"):
+                raise
+            fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+            fut.set_exception(exc)
+            return fut
+
+
+def ignores_init_failure(config: ExecutorConfig) -> _Wrapper:
+    """C22: the start-up failure injection is ignored: the executor starts anyway."""
+    import dataclasses
+    import os
+
+    os.environ.pop("HARNESS_FAIL_WORKER_INIT", None)
+    env = {k: v for k, v in config.env.items() if k != "HARNESS_FAIL_WORKER_INIT"}
+    return _Wrapper(dataclasses.replace(config, env=env))
+
+
+class ListensEverywhere(_Wrapper):
+    """C23: the caller listens on all interfaces."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        import socket
+
+        super().__init__(config)
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.bind(("0.0.0.0", 0))
+        self._sock.listen()
+
+    def shutdown(self) -> None:
+        self._sock.close()
+        super().shutdown()
+
+
+ignores_unique_rank = IgnoresUniqueRank
+drops_kwargs = DropsKwargs
+unordered_futures = UnorderedFutures
+ignores_timeout = IgnoresTimeout
+callbacks_twice = CallbacksTwice
+leaked_thread = LeakedThread
+exit_keeps_running = ExitKeepsRunning
+kept_alive = KeptAlive
+shifted_ranks = ShiftedRanks
+isolated_groups = IsolatedGroups
+truncated_payloads = TruncatedPayloads
+pickle_error_in_future = PickleErrorInFuture
+listens_everywhere = ListensEverywhere

@@ -1,0 +1,86 @@
+"""The suite fails broken backends: each bug is caught by the clause it breaks, and only there."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# (broken factory in tests/meta/broken.py, the clause its bug breaks, the tests to run)
+CASES = [
+    ("arrival_order", "C1", "c1_"),
+    ("list_of_futures", "C4", "c4_"),
+    ("swallowed_exception", "C6", "c6_"),
+    ("spinning_thread", "C19", "c19_"),
+    ("leaked_workers", "C9", "c9_shutdown_of_an_idle"),
+    ("eager_callbacks", "C21", "c21_"),
+    ("ignores_unique_rank", "C2", "c2_"),
+    ("drops_kwargs", "C3", "c3_"),
+    ("unordered_futures", "C5", "c5_a_later"),
+    ("ignores_timeout", "C7", "c7_timeout_raises"),
+    ("callbacks_twice", "C8", "c8_"),
+    ("leaked_thread", "C10", "c10_"),
+    ("exit_keeps_running", "C11", "c11_with_block_shuts_down_on_exit"),
+    ("kept_alive", "C12", "c12_"),
+    ("shifted_ranks", "C14", "c14_"),
+    ("isolated_groups", "C15", "c15_"),
+    ("isolated_groups", "C16", "c16_ and float32"),
+    ("truncated_payloads", "C17", "c17_a_64"),
+    ("shared_singleton", "C18", "c18_"),
+    ("pickle_error_in_future", "C20", "c20_unpicklable_argument"),
+    ("ignores_init_failure", "C22", "c22_ and last"),
+    ("listens_everywhere", "C23", "c23_"),
+]
+
+
+def conform(backend: str, k: str, tmp_path: Path) -> tuple[int, dict[str, object]]:
+    report = tmp_path / "report.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "conform",
+            "--backend",
+            backend,
+            "--world-size",
+            "2",
+            "--start-method",
+            "spawn",
+            "-k",
+            k,
+            "--report-json",
+            str(report),
+            "--harness-timeout",
+            "120",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert report.exists(), f"no report written; output:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.returncode, json.loads(report.read_text())
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(("factory", "clause", "k"), CASES, ids=[f"{c[1]}-{c[0]}" for c in CASES])
+def test_the_suite_fails_a_backend_that_breaks_the_clause(factory: str, clause: str, k: str, tmp_path: Path) -> None:
+    code, report = conform(f"tests.meta.broken:{factory}", k, tmp_path)
+    outcomes = {col: cell["outcome"] for col, cell in report["clauses"][clause].items()}  # type: ignore[index]
+    assert code != 0, f"conform exited 0 for a backend that breaks {clause}"
+    assert "FAIL" in outcomes.values(), f"{clause} is {outcomes} for {factory}, expected FAIL"
+
+
+@pytest.mark.timeout(600)
+def test_the_reference_backend_passes_the_same_checks(tmp_path: Path) -> None:
+    k = " or ".join(f"({k})" for _, _, k in CASES)
+    code, report = conform("mp", k, tmp_path)
+    failed = report["failed"]
+    assert code == 0 and not failed, f"mp failed {failed}"

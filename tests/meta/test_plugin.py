@@ -1,0 +1,132 @@
+"""The plugin as a user meets it: options, errors, markers, isolation, the report."""
+
+from __future__ import annotations
+
+import psutil
+import pytest
+
+HUNG = """
+import pytest
+from harness import probes
+
+@pytest.mark.clause("C1")
+def test_hangs(executor):
+    executor.collective_rpc(probes.sleep, args=(3600,))
+
+@pytest.mark.clause("C1")
+def test_after(executor, world_size):
+    assert executor.collective_rpc(probes.rank) == list(range(world_size))
+"""
+
+
+def _harness_children() -> set[int]:
+    return {p.pid for p in psutil.process_iter(["cmdline"]) if "spawn_main" in " ".join(p.info["cmdline"] or [])}
+
+
+@pytest.mark.timeout(300)
+def test_a_hung_test_is_killed_with_its_workers_reported_and_the_run_goes_on(pytester: pytest.Pytester) -> None:
+    before = _harness_children()
+    pytester.makepyfile(test_hung=HUNG)
+    result = pytester.runpytest_subprocess(
+        "--backend",
+        "mp",
+        "--world-size",
+        "2",
+        "--start-method",
+        "spawn",
+        "--harness-timeout",
+        "20",
+        "-p",
+        "no:cacheprovider",
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*test_hangs*timed out after 20 s*killed with its process group*"])
+    result.stdout.fnmatch_lines(["*Stacks at the timeout*"])
+    result.stdout.fnmatch_lines(["C1*FAIL*"])
+    left = _harness_children() - before
+    assert not left, f"worker processes left behind by the killed test: {sorted(left)}"
+
+
+def test_no_backend_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x(executor):\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.stderr.fnmatch_lines(["*no backend to test: pass --backend*"])
+    assert result.ret != 0
+
+
+def test_unknown_backend_lists_the_known_ones(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x(executor):\n    pass\n")
+    result = pytester.runpytest_subprocess("--backend", "nosuch", "-p", "no:cacheprovider")
+    result.stderr.fnmatch_lines(["*unknown backend 'nosuch'*mp*uni*"])
+    assert result.ret != 0
+
+
+def test_a_bad_world_size_names_the_value_and_where_it_came_from(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x(executor):\n    pass\n")
+    result = pytester.runpytest_subprocess("--backend", "mp", "--world-size", "2,zero", "-p", "no:cacheprovider")
+    result.stderr.fnmatch_lines(["*Invalid world size 'zero' from the command line*"])
+    monkeypatched = pytester.runpytest_subprocess(
+        "--backend", "mp", "-p", "no:cacheprovider", "-o", "harness_world_sizes=0"
+    )
+    monkeypatched.stderr.fnmatch_lines(["*Invalid world size '0' from the ini setting harness_world_sizes*"])
+
+
+def test_gpu_tests_skip_with_the_count_found(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")  # no nvidia-smi: zero GPUs
+    pytester.makepyfile(
+        """
+        import pytest
+        @pytest.mark.gpu(min_gpus=2)
+        def test_needs_two():
+            pass
+        """
+    )
+    result = pytester.runpytest_subprocess("-rs", "-p", "no:cacheprovider")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*needs 2 GPUs, found 0*"])
+
+
+def test_declared_clauses_are_skipped_with_the_reason_and_reported_apart(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+        from harness import probes
+
+        @pytest.mark.clause("C12")
+        def test_gc(executor):
+            raise AssertionError("must not run")
+
+        @pytest.mark.clause("C1")
+        def test_rank(executor, world_size):
+            assert executor.collective_rpc(probes.rank) == list(range(world_size))
+        """
+    )
+    result = pytester.runpytest_subprocess(
+        "--backend",
+        "mp",
+        "--world-size",
+        "1",
+        "--start-method",
+        "fork",
+        "--declare",
+        "C12",
+        "-rs",
+        "-p",
+        "no:cacheprovider",
+    )
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*mp declares C12 unsupported: declared unsupported with --declare*"])
+    result.stdout.fnmatch_lines(["C1 *pass*", "C12 *declared*"])
+
+
+def test_an_unavailable_optional_backend_is_skipped_with_the_install_hint(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x(executor):\n    pass\n")
+    pytester.makeconftest(
+        """
+        import harness.backends as b
+        b.BUILTIN_BACKENDS = {**b.BUILTIN_BACKENDS, "fake": ("harness_no_such_module:create", "pip install fake")}
+        """
+    )
+    result = pytester.runpytest_subprocess("--backend", "fake", "-rs", "-p", "no:cacheprovider")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*backend 'fake' is not available*pip install fake*"])
