@@ -9,9 +9,22 @@ from collections.abc import Sequence
 
 
 def _conform(args: argparse.Namespace) -> int:
-    import pytest
+    import subprocess
 
-    argv = ["--pyargs", "harness.conformance", "-p", "no:cacheprovider", "-q", "--backend", args.backend]
+    # A fresh interpreter: this one has imported harness already, which pytest
+    # would rather rewrite on import (and the suite's own isolation forks it).
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "--pyargs",
+        "harness.conformance",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--backend",
+        args.backend,
+    ]
     if args.world_size:
         argv += ["--world-size", args.world_size]
     if args.start_method:
@@ -22,9 +35,11 @@ def _conform(args: argparse.Namespace) -> int:
         argv += ["--report-json", args.report_json]
     if args.report_md:
         argv += ["--report-md", args.report_md]
+    if args.timeout:
+        argv += ["--harness-timeout", args.timeout]
     if args.k:
         argv += ["-k", args.k]
-    return int(pytest.main(argv))
+    return subprocess.call(argv)
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -50,6 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     conform.add_argument("--declare", help="clauses to treat as declared unsupported, e.g. C12,C22")
     conform.add_argument("--report-json", help="write the matrix as JSON to this path")
     conform.add_argument("--report-md", help="write the matrix as Markdown to this path")
+    conform.add_argument("--timeout", help="seconds before a test is killed with its processes (default 300)")
     conform.add_argument("-k", help="only tests matching this pytest -k expression")
     conform.set_defaults(func=_conform)
     bench = sub.add_parser("bench", help="round-trip latency of an empty collective_rpc, with yardsticks")

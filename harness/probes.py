@@ -149,14 +149,18 @@ def sleep_on_rank_then(worker: Any, rank: int, seconds: float, value: Any) -> An
     return value
 
 
-def tensor_parallel_forward(worker: Any, seed: int, dims: tuple[int, int, int], dtype: str, device: str) -> Any:
-    """The sharded forward pass of ``harness.models`` on this rank, returned on the CPU."""
+def tensor_parallel_forward(
+    worker: Any, seed: int, dims: tuple[int, int, int], dtype: str, device: str, world_size: int
+) -> Any:
+    """This rank's part of the sharded forward pass of ``harness.models``, joined by an
+    all_reduce on the default group; the full output, on the CPU. The shard is chosen by
+    ``worker.rank`` and the caller's world size, not by the group, so a group that does
+    not span the workers gives a wrong answer instead of a dense one."""
     import torch
-    import torch.distributed as dist
 
     from harness import models
 
     w = models.make_weights(seed, *dims, dtype=dtype)
     dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
-    out = models.sharded_forward(w, dist.get_rank(), dist.get_world_size(), dev)
+    out = models.sharded_forward(w, int(worker.rank), world_size, dev)
     return out.cpu()

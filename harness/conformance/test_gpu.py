@@ -50,13 +50,13 @@ def test_c17_large_payload_round_trips_with_cuda_workers(cuda_executor: Any, wor
 
 
 @pytest.mark.clause("C16")
-def test_c16_tensor_parallel_model_on_cuda_matches_the_dense_one(cuda_executor: Any) -> None:
+def test_c16_tensor_parallel_model_on_cuda_matches_the_dense_one(cuda_executor: Any, world_size: int) -> None:
     import torch
 
     from harness import models
 
     dims = (32, 192, 24)
-    got = cuda_executor.collective_rpc(probes.tensor_parallel_forward, args=(7, dims, "float32", "cuda"))
+    got = cuda_executor.collective_rpc(probes.tensor_parallel_forward, args=(7, dims, "float32", "cuda", world_size))
     expected = models.dense_forward(models.make_weights(7, *dims))
     for rank, out in enumerate(got):
         # TF32 matmuls on the GPU: a looser bound than on the CPU.

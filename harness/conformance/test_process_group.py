@@ -47,7 +47,9 @@ def test_c16_tensor_parallel_model_matches_the_dense_one(
     from harness import models
 
     dims = (32, 16 * 4 * 3, 24)  # the hidden size divides by every world size up to 4 (and 3)
-    got = executor.collective_rpc(probes.tensor_parallel_forward, args=(7, dims, dtype, executor_config.device))
+    got = executor.collective_rpc(
+        probes.tensor_parallel_forward, args=(7, dims, dtype, executor_config.device, world_size)
+    )
     expected = models.dense_forward(models.make_weights(7, *dims, dtype=dtype)).float()
     rtol, atol = models.TOLERANCES[dtype]
     for rank, out in enumerate(got):

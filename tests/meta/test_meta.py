@@ -56,7 +56,7 @@ def conform(backend: str, k: str, tmp_path: Path) -> tuple[int, dict[str, object
             k,
             "--report-json",
             str(report),
-            "--harness-timeout",
+            "--timeout",
             "120",
         ],
         cwd=ROOT,

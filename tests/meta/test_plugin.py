@@ -50,14 +50,14 @@ def test_a_hung_test_is_killed_with_its_workers_reported_and_the_run_goes_on(pyt
 def test_no_backend_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_x(executor):\n    pass\n")
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
-    result.stderr.fnmatch_lines(["*no backend to test: pass --backend*"])
+    result.stdout.fnmatch_lines(["*no backend to test: pass --backend*"])
     assert result.ret != 0
 
 
 def test_unknown_backend_lists_the_known_ones(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_x(executor):\n    pass\n")
     result = pytester.runpytest_subprocess("--backend", "nosuch", "-p", "no:cacheprovider")
-    result.stderr.fnmatch_lines(["*unknown backend 'nosuch'*mp*uni*"])
+    result.stdout.fnmatch_lines(["*unknown backend 'nosuch'*mp*uni*"])
     assert result.ret != 0
 
 
