@@ -167,6 +167,7 @@ def pytest_configure(config: pytest.Config) -> None:
         }
     )
     config.stash[matrix_key] = matrix
+    config.pluginmanager.register(_MatrixCollector(matrix), "harness-matrix")
 
 
 def _load(opts: _Options, name: str) -> LoadedBackend | BaseException:
@@ -315,35 +316,36 @@ def _variant_of(item: pytest.Item) -> Variant | None:
     return v if isinstance(v, Variant) else None
 
 
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Fold each outcome into the clause matrix."""
-    props = dict(report.user_properties)
-    if "harness_clauses" not in props:
-        return
-    matrix = _MATRIX.get("current")
-    if matrix is None:
-        return
-    column = str(props["harness_backend"])
-    for clause in str(props["harness_clauses"]).split(","):
-        if report.failed:
-            matrix.add(clause, column, "FAIL", f"{props['harness_variant']}: {report.nodeid.split('::')[-1]}")
-        elif report.skipped and report.when == "setup":
-            if "harness_declared" in props:
-                matrix.add(clause, column, "declared", str(props["harness_declared"]))
-            else:
-                reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-                matrix.add(clause, column, "skipped", str(reason))
-        elif report.passed and report.when == "call":
-            matrix.add(clause, column, "pass")
+class _MatrixCollector:
+    """Folds each test outcome into the clause matrix (a plugin object, so the
+    report hook reaches the matrix without a global)."""
 
+    def __init__(self, matrix: ClauseMatrix) -> None:
+        self.matrix = matrix
 
-_MATRIX: dict[str, ClauseMatrix] = {}
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Fold one report into the matrix."""
+        props = dict(report.user_properties)
+        if "harness_clauses" not in props:
+            return
+        column = str(props["harness_backend"])
+        for clause in str(props["harness_clauses"]).split(","):
+            if report.failed:
+                test = report.nodeid.split("::")[-1]
+                self.matrix.add(clause, column, "FAIL", f"{props['harness_variant']}: {test}")
+            elif report.skipped and report.when == "setup":
+                if "harness_declared" in props:
+                    self.matrix.add(clause, column, "declared", str(props["harness_declared"]))
+                else:
+                    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+                    self.matrix.add(clause, column, "skipped", str(reason))
+            elif report.passed and report.when == "call":
+                self.matrix.add(clause, column, "pass")
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Make the matrix reachable from the report hook."""
-    _MATRIX["current"] = session.config.stash[matrix_key]
+    """Start the one resource tracker the forked tests share."""
     if session.config.stash[options_key].isolate:
         # One resource tracker for the whole run, started here: forked test
         # processes share it instead of each leaving one behind in its group.

@@ -35,6 +35,7 @@ CASES = [
     ("pickle_error_in_future", "C20", "c20_unpicklable_argument"),
     ("ignores_init_failure", "C22", "c22_ and last"),
     ("listens_everywhere", "C23", "c23_"),
+    ("no_parent_watch", "C13", "c13_"),
 ]
 
 
