@@ -25,20 +25,19 @@ def _conform(args: argparse.Namespace) -> int:
         "--backend",
         args.backend,
     ]
-    if args.world_size:
-        argv += ["--world-size", args.world_size]
-    if args.start_method:
-        argv += ["--start-method", args.start_method]
-    if args.declare:
-        argv += ["--declare", args.declare]
-    if args.report_json:
-        argv += ["--report-json", args.report_json]
-    if args.report_md:
-        argv += ["--report-md", args.report_md]
-    if args.timeout:
-        argv += ["--harness-timeout", args.timeout]
-    if args.k:
-        argv += ["-k", args.k]
+    passed_on = {
+        "world_size": "--world-size",
+        "start_method": "--start-method",
+        "declare": "--declare",
+        "report_json": "--report-json",
+        "report_md": "--report-md",
+        "timeout": "--harness-timeout",
+        "k": "-k",
+    }
+    for attr, flag in passed_on.items():
+        value = getattr(args, attr)
+        if value:
+            argv += [flag, value]
     return subprocess.call(argv)
 
 

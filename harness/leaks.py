@@ -19,11 +19,21 @@ _LOOPBACK_PREFIXES = ("127.", "::1", "::ffff:127.")
 
 
 def shm_segments() -> set[str]:
-    """POSIX shared-memory segments visible on this machine (Linux: /dev/shm)."""
+    """POSIX shared-memory segments of this user (Linux: /dev/shm). Other users'
+    segments are no executor's of ours, whatever they are doing meanwhile."""
+    uid = os.getuid()
+    out: set[str] = set()
     try:
-        return set(os.listdir(_SHM_DIR))
+        names = os.listdir(_SHM_DIR)
     except FileNotFoundError:  # not Linux: nothing we can list
-        return set()
+        return out
+    for name in names:
+        try:
+            if os.stat(os.path.join(_SHM_DIR, name)).st_uid == uid:
+                out.add(name)
+        except FileNotFoundError:
+            continue
+    return out
 
 
 def listening_sockets(pid: int | None = None) -> list[tuple[str, int]]:
@@ -34,6 +44,23 @@ def listening_sockets(pid: int | None = None) -> list[tuple[str, int]]:
         if conn.status == psutil.CONN_LISTEN or (conn.type == 2 and conn.laddr):  # 2: SOCK_DGRAM
             out.append((conn.laddr.ip, conn.laddr.port))
     return out
+
+
+def _mapped_outside_this_tree(name: str) -> bool:
+    """True if a process other than this one and its descendants maps the segment:
+    then it is someone else's (another run on the machine), not our leak."""
+    ours = {os.getpid()} | {c.pid for c in psutil.Process().children(recursive=True)}
+    needle = f"{_SHM_DIR}/{name}"
+    for pid_dir in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not pid_dir.isdigit() or int(pid_dir) in ours:
+            continue
+        try:
+            with open(f"/proc/{pid_dir}/maps", encoding="utf-8", errors="replace") as maps:
+                if needle in maps.read():
+                    return True
+        except OSError:
+            continue
+    return False
 
 
 def is_loopback(address: str) -> bool:
@@ -50,16 +77,8 @@ class Snapshot:
 
 
 def _live_children() -> set[int]:
-    out = set()
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if child.status() != psutil.STATUS_ZOMBIE:
-                out.add(child.pid)
-            else:
-                out.add(child.pid)  # a zombie is a leak too: nobody reaped it
-        except psutil.NoSuchProcess:
-            pass
-    return out
+    # A zombie counts: a child nobody reaped is a leak too.
+    return {child.pid for child in psutil.Process().children(recursive=True)}
 
 
 def snapshot() -> Snapshot:
@@ -102,7 +121,7 @@ def diff(before: Snapshot, after: Snapshot, fd_slack: int = 0) -> list[str]:
     if new_threads:
         names = [t.name for t in threading.enumerate() if t.ident in new_threads]
         problems.append(f"threads left in the caller: {names}")
-    new_shm = after.shm - before.shm
+    new_shm = {name for name in after.shm - before.shm if not _mapped_outside_this_tree(name)}
     if new_shm:
         problems.append(f"shared-memory segments left: {sorted(new_shm)}")
     new_listening = after.listening - before.listening

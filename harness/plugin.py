@@ -76,6 +76,7 @@ class _Options:
     timeout_s: float
     isolate: bool
     loaded: dict[str, LoadedBackend | BaseException]
+    timeout_explicit: bool = False
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -145,7 +146,16 @@ def _parse_options(config: pytest.Config) -> _Options:
     isolate_text = (config.getoption("harness_isolate") or "yes").lower()
     if isolate_text not in ("yes", "no"):
         raise pytest.UsageError(f"Invalid --isolate {isolate_text!r} from the command line: expected yes or no")
-    return _Options(_split(backends), world_sizes, start_methods, declared, timeout_s, isolate_text == "yes", {})
+    return _Options(
+        _split(backends),
+        world_sizes,
+        start_methods,
+        declared,
+        timeout_s,
+        isolate_text == "yes",
+        {},
+        timeout_explicit=to_where != "the default",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -370,11 +380,15 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 # ---- isolation ---------------------------------------------------------------------
 
 
-def _timeout_of(item: pytest.Item, default: float) -> float:
+def _timeout_of(item: pytest.Item, opts: _Options) -> float:
+    """--harness-timeout (or its env/ini twin) when given, else the test's
+    timeout marker, else the default."""
+    if opts.timeout_explicit:
+        return opts.timeout_s
     marker = item.get_closest_marker("timeout")  # pytest-timeout's marker, if the test sets one
     if marker is not None and marker.args:
         return float(marker.args[0])
-    return default
+    return opts.timeout_s
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -385,7 +399,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return None
     ihook = item.ihook
     ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
-    for report in _run_isolated(item, _timeout_of(item, opts.timeout_s)):
+    for report in _run_isolated(item, _timeout_of(item, opts)):
         ihook.pytest_runtest_logreport(report=report)
     ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
     return True
@@ -397,47 +411,37 @@ def _run_isolated(item: pytest.Item, timeout_s: float) -> list[pytest.TestReport
     config = item.config
     stacks = tempfile.NamedTemporaryFile(prefix="harness-stacks-", suffix=".txt", delete=False)  # noqa: SIM115
     stacks.close()
-    read_fd, write_fd = os.pipe()
+    # Reports travel through a file, not a pipe: a worker the test forked (and
+    # leaked) would inherit a pipe's write end and hold it open past the test.
+    results = tempfile.NamedTemporaryFile(prefix="harness-reports-", suffix=".json", delete=False)  # noqa: SIM115
+    results.close()
+    # pytest-timeout arms SIGALRM in this process for a test's timeout marker;
+    # here the deadline is ours, and firing in the parent would end the run.
+    hook = getattr(config.hook, "pytest_timeout_cancel_timer", None)
+    if hook is not None:
+        hook(item=item)
     # pytest's faulthandler_timeout keeps a watchdog thread armed around each
     # test. A forked child would inherit it armed but without its thread, and
     # deadlock the first time it is cancelled; our own timeout replaces it.
     faulthandler.cancel_dump_traceback_later()
     pid = os.fork()
-    if pid == 0:  # the child: run the test, send the reports, never return into pytest
+    if pid == 0:  # the child: run the test, write the reports, never return into pytest
         code = 0
         try:
-            os.close(read_fd)
             os.setpgid(0, 0)
             with open(stacks.name, "w", encoding="utf-8") as dump:
                 # The parent asks for the stacks with SIGUSR1 before it kills us.
                 faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True)
                 reports = runtestprotocol(item, log=False, nextitem=None)
             data = [config.hook.pytest_report_to_serializable(config=config, report=r) for r in reports]
-            with os.fdopen(write_fd, "w", encoding="utf-8") as out:
+            with open(results.name, "w", encoding="utf-8") as out:
                 json.dump(data, out)
         except BaseException:  # noqa: BLE001 - report through the exit code; the parent explains
             code = 3
         finally:
             os._exit(code)
-    os.close(write_fd)
-    start = time.monotonic()
-    chunks: list[bytes] = []
-    timed_out = False
-    deadline = start + timeout_s
-    import select as _select
-
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            timed_out = True
-            break
-        ready, _, _ = _select.select([read_fd], [], [], remaining)
-        if ready:
-            chunk = os.read(read_fd, 1 << 16)
-            if not chunk:
-                break
-            chunks.append(chunk)
-    os.close(read_fd)
+    status = _wait_child(pid, timeout_s)
+    timed_out = status is None
     if timed_out:
         try:
             os.kill(pid, signal.SIGUSR1)
@@ -445,8 +449,11 @@ def _run_isolated(item: pytest.Item, timeout_s: float) -> list[pytest.TestReport
         except ProcessLookupError:
             pass
         _kill_group(pid, settle_s=0)
-    _, status = os.waitpid(pid, 0)
+        _, status = os.waitpid(pid, 0)
     leftover = _kill_group(pid)  # anything the test left in its group (workers) dies now
+    with open(results.name, encoding="utf-8") as f:
+        raw = f.read()
+    os.unlink(results.name)
     with open(stacks.name, encoding="utf-8", errors="replace") as f:
         dumped = f.read()
     os.unlink(stacks.name)
@@ -460,7 +467,7 @@ def _run_isolated(item: pytest.Item, timeout_s: float) -> list[pytest.TestReport
             )
         ]
     try:
-        data = json.loads(b"".join(chunks).decode())
+        data = json.loads(raw)
         reports = [config.hook.pytest_report_from_serializable(config=config, data=d) for d in data]
         for report in reports:
             if isinstance(report.longrepr, list):  # a skip's (path, line, reason), listed by JSON
@@ -470,6 +477,29 @@ def _run_isolated(item: pytest.Item, timeout_s: float) -> list[pytest.TestReport
     if leftover:
         reports.append(_synthetic(item, "teardown", f"processes left running after the test: {leftover}"))
     return reports
+
+
+def _wait_child(pid: int, timeout_s: float) -> int | None:
+    """The child's wait status once it exits, or None after ``timeout_s`` s."""
+    deadline = time.monotonic() + timeout_s
+    pidfd_open = getattr(os, "pidfd_open", None)
+    if pidfd_open is not None:  # Linux: a blocking wait with a timeout
+        import select
+
+        fd = pidfd_open(pid)
+        try:
+            if not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                return None
+        finally:
+            os.close(fd)
+        return os.waitpid(pid, 0)[1]
+    while True:  # elsewhere: no blocking wait with a timeout exists, so poll
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.05)
 
 
 def _kill_group(pgid: int, settle_s: float = 2.0) -> list[int]:

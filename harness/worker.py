@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import pickle
-import select
+import selectors
 import struct
 import sys
 import threading
@@ -239,6 +239,9 @@ def worker_main(
 
 def _serve(worker: Worker, reader: RingReader, wake_r: int, replies: _ReplyChannel, spin_s: float) -> None:
     os.set_blocking(wake_r, False)
+    # Not select.select: the fd keeps the caller's number, which may exceed 1023.
+    waiter = selectors.DefaultSelector()
+    waiter.register(wake_r, selectors.EVENT_READ)
     while True:
         raw = reader.poll()
         if raw is None and spin_s > 0:
@@ -259,7 +262,7 @@ def _serve(worker: Worker, reader: RingReader, wake_r: int, replies: _ReplyChann
                 pass
             raw = reader.poll()
             if raw is None:
-                select.select([wake_r], [], [])
+                waiter.select()
                 continue
         call_id, body = decode_request(raw)
         if call_id == SHUTDOWN_CALL_ID:

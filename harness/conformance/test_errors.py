@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from typing import Any
 
 import pytest
 
-from harness import ExecutorConfig, probes
+from harness import ExecutorConfig, leaks, probes
 from harness.conformance._checks import expect_equal, token, within
 
 pytestmark = pytest.mark.timeout(300)
@@ -73,9 +74,17 @@ def test_c7_non_block_timeout_fails_the_future(executor: Any, world_size: int) -
 
 
 @pytest.mark.clause("C20")
-def test_c20_world_size_below_one_is_value_error(backend: Any) -> None:
+def test_c20_world_size_below_one_is_value_error(backend: Any, executor_config: ExecutorConfig) -> None:
     with pytest.raises(ValueError, match="world_size"):
-        backend.factory(ExecutorConfig(world_size=0))
+        ExecutorConfig(world_size=0)
+    # The backend itself must refuse it too, not rely on the config's own check.
+    cfg = dataclasses.replace(executor_config)
+    object.__setattr__(cfg, "world_size", 0)
+    before = leaks.baseline()
+    with pytest.raises(ValueError, match="world_size"):
+        backend.factory(cfg)
+    problems = leaks.wait_clean(before, timeout=10)
+    assert not problems, "after refusing world_size=0: " + "; ".join(problems)
 
 
 @pytest.mark.clause("C20")

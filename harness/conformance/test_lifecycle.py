@@ -56,6 +56,33 @@ def test_c9_shutdown_is_bounded_with_a_hung_worker_and_cleans_up(
 
 
 @pytest.mark.clause("C9")
+def test_c9_shutdown_from_another_thread_ends_a_call_blocked_on_a_hung_worker(
+    backend: Any, executor_config: ExecutorConfig, world_size: int
+) -> None:
+    before = leaks.baseline()
+    ex = backend.factory(executor_config)
+    pids = _remote_pids(ex)
+    outcome: list[BaseException | None] = []
+
+    def blocked_call() -> None:
+        try:
+            ex.collective_rpc(probes.sleep_on_rank, args=(world_size - 1, 3600.0))
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - whatever ends the call, it must end
+            outcome.append(exc)
+
+    caller = threading.Thread(target=blocked_call, daemon=True)
+    caller.start()
+    time.sleep(1.0)  # the call is blocked on the hung rank
+    with within(30, "shutdown() while another thread's call is blocked on a hung worker"):
+        ex.shutdown()
+    caller.join(30)
+    assert not caller.is_alive(), "the blocked call did not end within 30 s of shutdown()"
+    assert outcome and outcome[0] is not None, f"the call on a hung worker returned {outcome!r} after shutdown"
+    _assert_clean(before, pids, "after shutdown()")
+
+
+@pytest.mark.clause("C9")
 def test_c9_shutdown_of_an_idle_executor_leaves_nothing(backend: Any, executor_config: ExecutorConfig) -> None:
     before = leaks.baseline()
     ex = backend.factory(executor_config)

@@ -140,6 +140,8 @@ class _Group:
             conn.close()
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.notify_r.fileno(), selectors.EVENT_READ, ("reply", -1))
+        # shutdown() from another thread wakes a caller blocked in a call.
+        self.selector.register(self._stop_r, selectors.EVENT_READ, ("stop", -1))
         for rank, proc in enumerate(self.processes):
             self.selector.register(proc.sentinel, selectors.EVENT_READ, ("exit", rank))
         self._wait_ready()
@@ -214,7 +216,10 @@ class _Group:
         replies = self._poll_replies()
         if replies:
             return replies, []
-        dead = [key.data[1] for key, _ in self.selector.select(timeout) if key.data[0] == "exit"]
+        events = [key.data for key, _ in self.selector.select(timeout)]
+        if ("stop", -1) in events:
+            raise ExecutorShutdownError("the executor was shut down while the call was waiting")
+        dead = [rank for kind, rank in events if kind == "exit"]
         # Replies sent before a death are delivered first.
         return self._poll_replies(), dead
 
@@ -281,6 +286,9 @@ class _Group:
             if self.closed:
                 return
             self.closed = True
+        # First wake whatever waits (a call blocked in another thread, the
+        # monitor): the blocked call releases the queue, which fail_all needs.
+        os.write(self._stop_w, b"x")
         self.queue.fail_all(ExecutorShutdownError("executor was shut down"))
         live = [p for p in self.processes if p.exitcode is None]
         if live and self.failure is None:
@@ -297,7 +305,6 @@ class _Group:
             if proc.exitcode is None:
                 proc.kill()
         _join_all(self.processes, _FORCED_EXIT_S)
-        os.write(self._stop_w, b"x")
         if self.monitor is not None and self.monitor is not threading.current_thread():
             self.monitor.join(_FORCED_EXIT_S)
         for proc in self.processes:
@@ -353,6 +360,8 @@ class MultiprocExecutor:
     ) -> None:
         if not isinstance(config, ExecutorConfig):
             raise TypeError(f"MultiprocExecutor needs an ExecutorConfig, got {config!r}")
+        if config.world_size < 1:  # a config built around its own validation
+            raise ValueError(f"MultiprocExecutor: world_size must be >= 1, got {config.world_size!r}")
         self.config = config
         self.world_size = config.world_size
         self._group = _Group(config, ring_slots, slot_size, spin_s, worker_spin_s)
@@ -395,19 +404,23 @@ class MultiprocExecutor:
 
             try:
                 group.ring.write(encode_request(call.call_id, body), wait_for_space, group.wake)
-            except _RingTimeout:
+            except BaseException as exc:
                 if group.ring.chunks_written != before:
+                    # Half a message sits in the ring (a timeout, Ctrl-C, a dead
+                    # worker…): the next request would be read as its continuation.
                     error = ExecutorError(
-                        f"collective_rpc({name!r}): timed out half-way through sending a request; "
-                        "the executor cannot be used any more"
+                        f"collective_rpc({name!r}) was interrupted half-way through sending a request "
+                        f"({type(exc).__name__}); the executor cannot be used any more"
                     )
                     queue.fail_all(error)
-                    raise error from None
+                    raise error from exc
                 queue.discard(call)
-                raise RPCTimeoutError(
-                    f"ranks {group.ring.lagging_readers()}: collective_rpc({name!r}) timed out "
-                    f"after {timeout:g} s waiting to send (workers not reading)"
-                ) from None
+                if isinstance(exc, _RingTimeout):
+                    raise RPCTimeoutError(
+                        f"ranks {group.ring.lagging_readers()}: collective_rpc({name!r}) timed out "
+                        f"after {timeout:g} s waiting to send (workers not reading)"
+                    ) from None
+                raise
         if non_block:
             return call.future
         return call.future.result()

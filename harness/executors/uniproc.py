@@ -57,7 +57,7 @@ class UniprocExecutor:
     def __init__(self, config: ExecutorConfig) -> None:
         if not isinstance(config, ExecutorConfig):
             raise TypeError(f"UniprocExecutor needs an ExecutorConfig, got {config!r}")
-        if config.world_size != 1:
+        if config.world_size != 1:  # also catches a world_size < 1 slipped past ExecutorConfig
             raise ValueError(f"the 'uni' backend runs world_size 1 only, got world_size={config.world_size}")
         self.config = config
         self.world_size = 1

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 import psutil
 import pytest
 
@@ -19,13 +22,24 @@ def test_after(executor, world_size):
 """
 
 
-def _harness_children() -> set[int]:
-    return {p.pid for p in psutil.process_iter(["cmdline"]) if "spawn_main" in " ".join(p.info["cmdline"] or [])}
+def _tagged(tag: str) -> set[int]:
+    """Processes whose environment carries ``tag``: the run's own, wherever they were reparented."""
+    found = set()
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("HARNESS_META_TAG") == tag:
+                found.add(proc.pid)
+        except (psutil.Error, OSError):
+            continue
+    return found
 
 
 @pytest.mark.timeout(300)
-def test_a_hung_test_is_killed_with_its_workers_reported_and_the_run_goes_on(pytester: pytest.Pytester) -> None:
-    before = _harness_children()
+def test_a_hung_test_is_killed_with_its_workers_reported_and_the_run_goes_on(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tag = os.urandom(8).hex()
+    monkeypatch.setenv("HARNESS_META_TAG", tag)
     pytester.makepyfile(test_hung=HUNG)
     result = pytester.runpytest_subprocess(
         "--backend",
@@ -43,7 +57,8 @@ def test_a_hung_test_is_killed_with_its_workers_reported_and_the_run_goes_on(pyt
     result.stdout.fnmatch_lines(["*test_hangs*timed out after 20 s*killed with its process group*"])
     result.stdout.fnmatch_lines(["*Stacks at the timeout*"])
     result.stdout.fnmatch_lines(["C1*FAIL*"])
-    left = _harness_children() - before
+    time.sleep(0.5)
+    left = _tagged(tag)
     assert not left, f"worker processes left behind by the killed test: {sorted(left)}"
 
 
