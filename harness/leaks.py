@@ -76,7 +76,7 @@ class Snapshot:
     fds: int = 0
 
 
-def _live_children() -> set[int]:
+def _children() -> set[int]:
     # A zombie counts: a child nobody reaped is a leak too.
     return {child.pid for child in psutil.Process().children(recursive=True)}
 
@@ -84,7 +84,7 @@ def _live_children() -> set[int]:
 def snapshot() -> Snapshot:
     proc = psutil.Process()
     return Snapshot(
-        children=_live_children(),
+        children=_children(),
         threads={t.ident for t in threading.enumerate() if t.ident is not None},
         shm=shm_segments(),
         listening=set(listening_sockets()),
