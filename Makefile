@@ -13,14 +13,14 @@ $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
-	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(BIN)/python -m pip install -q -e ".[dev,ray]"
 	touch $(STAMP)
 
 install: $(STAMP)
 
 ## The main job: the conformance suite against the built-in backends, with the clause matrix.
 conform: $(STAMP)
-	$(BIN)/python -m harness conform --backend uni,mp --world-size 1,2,4
+	$(BIN)/python -m harness conform --backend uni,mp,ray --world-size 1,2,4
 
 ## The tests (simulated tier: CPU workers on gloo).
 test: $(STAMP)

@@ -7,14 +7,19 @@ declarations the suite reads:
   not honour (reported apart from failures);
 - ``world_sizes``: the world sizes it can run (default: any);
 - ``start_methods``: the start methods that mean something to it (default:
-  spawn and fork; a backend that starts no process of its own names one).
+  spawn and fork; a backend that starts no process of its own names one);
+- ``session``: a callable returning a context manager that provides what the
+  backend's executors share for a whole run (a Ray cluster) and yields the
+  environment variables that point them at it. The suite enters it once, in
+  the pytest process, and gives that environment to every test of the backend.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.metadata
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -34,6 +39,7 @@ ENTRY_POINT_GROUP = "harness.backends"
 BUILTIN_BACKENDS: Mapping[str, tuple[str, str]] = {
     "uni": ("harness.executors.uniproc:create", ""),
     "mp": ("harness.executors.multiproc:create", ""),
+    "ray": ("harness.executors.ray:create", "pip install 'harness[ray]'"),
 }
 
 #: Optional capabilities a backend may declare missing, with the clause they belong to.
@@ -56,6 +62,7 @@ class LoadedBackend:
     unsupported: Mapping[str, str] = field(default_factory=dict)
     world_sizes: tuple[int, ...] | None = None
     start_methods: tuple[str, ...] | None = None
+    session: Callable[[], AbstractContextManager[Mapping[str, str]]] | None = None
 
     def declared(self, clause: str) -> str | None:
         """The declared reason ``clause`` is not supported (by its id, or by the
@@ -159,4 +166,7 @@ def load_backend(spec: str, extra_unsupported: Mapping[str, str] | None = None) 
         bad = [s for s in start_methods if s not in START_METHODS]
         if bad or not start_methods:
             raise ValueError(f"backend {spec!r}: 'start_methods' must name some of {START_METHODS}, got {bad}")
-    return LoadedBackend(spec, cast(Backend, factory), unsupported, world_sizes, start_methods)
+    session = getattr(factory, "session", None)
+    if session is not None and not callable(session):
+        raise TypeError(f"backend {spec!r}: 'session' must be a callable returning a context manager, got {session!r}")
+    return LoadedBackend(spec, cast(Backend, factory), unsupported, world_sizes, start_methods, session)

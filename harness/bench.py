@@ -41,11 +41,17 @@ class LatencyResult:
     median_us: float
     p90_us: float
     samples: int
+    #: For a backend: seconds from the factory call to a working executor, and to shut it down.
+    startup_s: float | None = None
+    shutdown_s: float | None = None
 
     def line(self) -> str:
+        lifecycle = ""
+        if self.startup_s is not None and self.shutdown_s is not None:
+            lifecycle = f"   start-up {self.startup_s:.2f} s, shutdown {self.shutdown_s:.2f} s"
         return (
             f"{self.name:<8} ws={self.world_size}  median {self.median_us:8.1f} us   "
-            f"p90 {self.p90_us:8.1f} us   (n={self.samples})"
+            f"p90 {self.p90_us:8.1f} us   (n={self.samples}){lifecycle}"
         )
 
 
@@ -185,9 +191,20 @@ def measure_naive(world_size: int, iters: int, warmup: int) -> LatencyResult:
 
 
 def measure_backend(backend: str, world_size: int, iters: int, warmup: int) -> LatencyResult:
+    """Round trips of an empty call, with the executor's start-up (factory to the
+    first completed call; for ``ray`` with no cluster named, starting one) and shutdown."""
     loaded = load_backend(backend)
-    with loaded.factory(ExecutorConfig(world_size)) as ex:
-        return _summarise(backend, world_size, _time_calls(lambda: ex.collective_rpc(probes.noop), iters, warmup))
+    t0 = time.perf_counter()
+    ex = loaded.factory(ExecutorConfig(world_size))
+    try:
+        ex.collective_rpc(probes.noop)
+        startup = time.perf_counter() - t0
+        result = _summarise(backend, world_size, _time_calls(lambda: ex.collective_rpc(probes.noop), iters, warmup))
+    finally:
+        t1 = time.perf_counter()
+        ex.shutdown()
+    result.startup_s, result.shutdown_s = startup, time.perf_counter() - t1
+    return result
 
 
 def idle_cpu(backend: str, world_size: int, seconds: float) -> float:

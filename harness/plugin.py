@@ -17,21 +17,24 @@ The pytest parent never imports torch's CUDA nor starts a worker.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
+import importlib.util
 import json
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from harness.backends import BackendUnavailableError, LoadedBackend, load_backend
+from harness.backends import BUILTIN_BACKENDS, BackendUnavailableError, LoadedBackend, load_backend
 from harness.contract import CLAUSES, START_METHODS, Executor, ExecutorConfig
 from harness.report import ClauseMatrix, machine_settings
 
@@ -52,6 +55,39 @@ _DEFAULT_TIMEOUT_S = 300.0
 
 matrix_key = pytest.StashKey[ClauseMatrix]()
 options_key = pytest.StashKey["_Options"]()
+sessions_key = pytest.StashKey["_Sessions"]()
+
+
+class _Sessions:
+    """The backends' run-wide resources (``LoadedBackend.session``, e.g. a Ray
+    cluster): each entered once, in this (the pytest) process, before the first
+    test of its backend runs, and left when the run ends."""
+
+    def __init__(self) -> None:
+        self._stack = contextlib.ExitStack()
+        self._env: dict[str, Mapping[str, str] | BaseException] = {}
+        self._owner = os.getpid()
+
+    def ensure(self, backend: LoadedBackend) -> None:
+        if backend.session is None or backend.name in self._env or os.getpid() != self._owner:
+            return
+        try:
+            env = self._stack.enter_context(backend.session())
+            self._env[backend.name] = dict(env or {})
+        except Exception as exc:  # noqa: BLE001 - its tests fail with it; the run goes on
+            self._env[backend.name] = exc
+
+    def env(self, backend: LoadedBackend) -> Mapping[str, str]:
+        """The environment for a test of ``backend``; fails the test if its session did not start."""
+        self.ensure(backend)
+        env = self._env.get(backend.name, {})
+        if isinstance(env, BaseException):
+            pytest.fail(f"backend {backend.name!r}: its run-wide session could not start: {env}", pytrace=False)
+        return env
+
+    def close(self) -> None:
+        if os.getpid() == self._owner:
+            self._stack.close()
 
 
 @dataclass(frozen=True)
@@ -164,6 +200,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "gpu(min_gpus=N): needs N CUDA GPUs (default: one per rank); skips with the count found"
     )
     config.addinivalue_line("markers", "distributed: starts workers; runs once per backend, in its own process")
+    config.addinivalue_line("markers", "ray: needs Ray; skips with the install command where it is missing")
     config.addinivalue_line("markers", "perf: compares latency with a stored baseline")
     config.addinivalue_line("markers", "clause(*ids): the SPEC.md clauses this test checks")
     config.stash[options_key] = _parse_options(config)
@@ -177,7 +214,15 @@ def pytest_configure(config: pytest.Config) -> None:
         }
     )
     config.stash[matrix_key] = matrix
+    config.stash[sessions_key] = _Sessions()
     config.pluginmanager.register(_MatrixCollector(matrix), "harness-matrix")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Leave the backends' run-wide sessions."""
+    sessions = config.stash.get(sessions_key, None)
+    if sessions is not None:
+        sessions.close()
 
 
 def _load(opts: _Options, name: str) -> LoadedBackend | BaseException:
@@ -226,9 +271,15 @@ def harness_variant(request: pytest.FixtureRequest) -> Variant:
 
 
 @pytest.fixture
-def backend(harness_variant: Variant) -> LoadedBackend:
-    """The backend under test (factory plus its declarations)."""
-    return harness_variant.backend
+def backend(harness_variant: Variant, request: pytest.FixtureRequest) -> Iterator[LoadedBackend]:
+    """The backend under test (factory plus its declarations), with its
+    run-wide session's environment set for the test."""
+    loaded = harness_variant.backend
+    env = request.config.stash[sessions_key].env(loaded)
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in env.items():
+            mp.setenv(key, value)
+        yield loaded
 
 
 @pytest.fixture
@@ -257,7 +308,8 @@ def executor(backend: LoadedBackend, executor_config: ExecutorConfig) -> Iterato
         yield ex
     finally:
         ex.shutdown()
-    problems = leaks.wait_clean(before, timeout=10.0)
+    # Processes, threads, shared memory, sockets; descriptors are C10's to judge.
+    problems = leaks.wait_clean(before, timeout=10.0, fd_slack=None)
     if problems:
         pytest.fail(f"{backend.name}: the executor leaked after shutdown: " + "; ".join(problems), pytrace=False)
 
@@ -277,14 +329,27 @@ def gpu_count() -> int:
     return found
 
 
+def _missing(module: str) -> bool:
+    """True if ``module`` cannot be imported (found without importing it)."""
+    if module in sys.modules:
+        return sys.modules[module] is None
+    return importlib.util.find_spec(module) is None
+
+
 def _clauses(item: pytest.Item) -> list[str]:
     return [c for m in item.iter_markers("clause") for c in m.args]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark backend tests distributed; skip GPU tests on machines with too few GPUs."""
+    """Mark backend tests distributed; skip GPU tests on machines with too few GPUs,
+    and Ray tests where Ray is not installed."""
     found: int | None = None
+    missing_ray = _missing("ray")
     for item in items:
+        if missing_ray and item.get_closest_marker("ray") is not None:
+            item.add_marker(
+                pytest.mark.skip(reason=f"ray is not installed; install it with: {BUILTIN_BACKENDS['ray'][1]}")
+            )
         if "harness_variant" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.distributed)
         for clause in _clauses(item):
@@ -395,6 +460,10 @@ def _timeout_of(item: pytest.Item, opts: _Options) -> float:
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
     """Run distributed tests in a forked child that leads its own process group."""
     opts = item.config.stash[options_key]
+    variant = _variant_of(item)
+    if variant is not None:
+        # Here, before any fork: a session outlives the test processes.
+        item.config.stash[sessions_key].ensure(variant.backend)
     if not opts.isolate or item.get_closest_marker("distributed") is None or not hasattr(os, "fork"):
         return None
     ihook = item.ihook

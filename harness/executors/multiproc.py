@@ -44,6 +44,7 @@ from harness.contract import (
     method_name,
 )
 from harness.executors._validate import validate_call
+from harness.executors._wire import dumps_call
 from harness.futures import FutureQueue, Reply
 from harness.shm import RingReader, RingWriter
 from harness.worker import SHUTDOWN_CALL_ID, WorkerSpec, encode_request, worker_main
@@ -389,7 +390,7 @@ class MultiprocExecutor:
         if group.failure is not None:
             raise group.failure
         try:
-            body = _dumps((method, args, kwargs, unique_reply_rank))
+            body = dumps_call((method, args, kwargs, unique_reply_rank))
         except Exception as exc:
             raise SerializationError(f"collective_rpc({name!r}): the call could not be pickled: {exc}") from exc
         queue = group.queue
@@ -457,18 +458,6 @@ class MultiprocExecutor:
 
 class _RingTimeout(Exception):
     pass
-
-
-def _dumps(obj: Any) -> bytes:
-    try:
-        return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    except (pickle.PicklingError, AttributeError, TypeError):
-        try:
-            import cloudpickle  # type: ignore[import-not-found]
-        except ImportError:
-            raise
-        data: bytes = cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-        return data
 
 
 def create(config: ExecutorConfig) -> MultiprocExecutor:

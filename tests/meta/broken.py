@@ -7,6 +7,7 @@ the bug breaks to FAIL: a check no broken backend can fail proves nothing.
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import threading
 from typing import Any
 
@@ -226,6 +227,17 @@ class LeakedThread(_Wrapper):
         threading.Thread(target=threading.Event().wait, name="leaked", daemon=True).start()
 
 
+_FDS: list[int] = []
+
+
+class LeakedDescriptor(_Wrapper):
+    """C10: every executor leaves a pipe open (and nothing else)."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        _FDS.extend(os.pipe())
+
+
 class ExitKeepsRunning(_Wrapper):
     """C11: leaving the with block does not shut down."""
 
@@ -358,6 +370,7 @@ unordered_futures = UnorderedFutures
 ignores_timeout = IgnoresTimeout
 callbacks_twice = CallbacksTwice
 leaked_thread = LeakedThread
+leaked_descriptor = LeakedDescriptor
 exit_keeps_running = ExitKeepsRunning
 kept_alive = KeptAlive
 shifted_ranks = ShiftedRanks

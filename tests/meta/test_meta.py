@@ -25,6 +25,7 @@ CASES = [
     ("ignores_timeout", "C7", "c7_timeout_raises"),
     ("callbacks_twice", "C8", "c8_"),
     ("leaked_thread", "C10", "c10_"),
+    ("leaked_descriptor", "C10", "c10_"),
     ("exit_keeps_running", "C11", "c11_with_block_shuts_down_on_exit"),
     ("kept_alive", "C12", "c12_"),
     ("shifted_ranks", "C14", "c14_"),

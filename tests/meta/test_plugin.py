@@ -145,3 +145,23 @@ def test_an_unavailable_optional_backend_is_skipped_with_the_install_hint(pytest
     result = pytester.runpytest_subprocess("--backend", "fake", "-rs", "-p", "no:cacheprovider")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*backend 'fake' is not available*pip install fake*"])
+
+
+def test_ray_marked_tests_skip_with_the_install_command_where_ray_is_missing(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.ray
+        def test_needs_ray():
+            pass
+
+        def test_plain():
+            pass
+        """
+    )
+    # A `ray` that cannot be imported, as where the package is not installed.
+    pytester.makeconftest("import sys\nsys.modules['ray'] = None\n")
+    result = pytester.runpytest_subprocess("--backend", "mp", "-rs", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*ray is not installed; install it with: pip install 'harness?ray?'*"])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import subprocess
 import sys
 import textwrap
 import types
@@ -126,7 +128,38 @@ def test_builtin_backends_are_available() -> None:
     names = available_backends()
     assert {"uni", "mp"} <= set(names)
     assert names == sorted(names)
-    assert set(BUILTIN_BACKENDS) == {"uni", "mp"}
+    assert set(BUILTIN_BACKENDS) == {"uni", "mp", "ray"}
+
+
+def test_ray_without_ray_installed_is_unavailable_with_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # what a missing package looks like to import
+    monkeypatch.delitem(sys.modules, "harness.executors.ray", raising=False)
+    with pytest.raises(BackendUnavailableError, match=r"pip install 'harness\[ray\]'") as info:
+        load_backend("ray")
+    assert "backend 'ray' is not available" in str(info.value)
+
+
+def test_loading_ray_does_not_import_ray() -> None:
+    # Ray reads its settings from the environment when imported: a test process
+    # must get the run's cluster environment first, so loading stays import-free.
+    if importlib.util.find_spec("ray") is None:
+        pytest.skip("ray is not installed")
+    code = (
+        "import sys; from harness.backends import load_backend; b = load_backend('ray'); "
+        "print('ray' in sys.modules, sorted(b.unsupported), b.start_methods, b.session is not None)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.split() == ["False", "['C23']", "('spawn',)", "True"], out.stdout + out.stderr
+
+
+def test_session_must_be_callable(monkeypatch: pytest.MonkeyPatch) -> None:
+    def factory(config: Any) -> Any:
+        raise AssertionError("not called")
+
+    factory.session = "a cluster"  # type: ignore[attr-defined]
+    monkeypatch.setattr(sys.modules[__name__], "_session_factory", factory, raising=False)
+    with pytest.raises(TypeError, match="'session' must be a callable"):
+        load_backend(f"{__name__}:_session_factory")
 
 
 def test_builtin_with_missing_module_is_backend_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -210,7 +243,7 @@ def test_unknown_name_lists_the_known_backends(no_entry_points: None) -> None:
     with pytest.raises(ValueError, match="nosuchbackend") as info:
         load_backend("nosuchbackend")
     msg = str(info.value)
-    assert "mp, uni" in msg
+    assert "mp, ray, uni" in msg
     assert "module:attr" in msg
 
 
@@ -226,14 +259,14 @@ def test_entry_point_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
     ep = FakeEntryPoint("thirdparty", factory)
     monkeypatch.setattr(backends, "_entry_points", lambda: {"thirdparty": ep})
     assert "thirdparty" in available_backends()
-    assert available_backends() == sorted(["mp", "uni", "thirdparty"])
+    assert available_backends() == sorted(["mp", "ray", "uni", "thirdparty"])
     b = load_backend("thirdparty")
     assert ep.loads == 1
     assert b.name == "thirdparty"
     assert b.factory is factory
     assert dict(b.unsupported) == {"C16": "no model"}
     assert b.world_sizes == (2, 4)
-    with pytest.raises(ValueError, match="mp, thirdparty, uni"):
+    with pytest.raises(ValueError, match="mp, ray, thirdparty, uni"):
         load_backend("other")
 
 

@@ -1,0 +1,181 @@
+"""A local single-node Ray cluster whose life is tied to one process.
+
+``ray.init()`` starts a local cluster as children of the caller, and when the
+caller is SIGKILLed some of them (Ray's dashboard and runtime-env agents) live
+on. So a cluster is started here under a keeper instead::
+
+    caller ── death pipe (write end) ──► keeper (session leader, own process group)
+                                           └─ ray start --head --block ─► gcs, raylet, agents, workers
+
+The keeper reports the cluster's address, then blocks on the death pipe. End of
+file, the caller having closed it (``stop()``) or died (any way, even SIGKILL),
+makes it stop the whole process group: SIGTERM, a short grace, then SIGKILL,
+and it removes the cluster's temporary folder. Nothing here imports Ray.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+__all__ = ["LocalCluster"]
+
+_START_S = 120.0
+_GRACE_S = 3.0
+_STOP_S = 15.0
+
+
+@dataclass
+class LocalCluster:
+    """A running cluster and its keeper; ``stop()`` ends both."""
+
+    address: str
+    keeper: subprocess.Popen[bytes]
+    death_w: int
+    #: Ray's temporary folder for the cluster (``ray.init(_temp_dir=...)`` finds it there).
+    temp_dir: str = ""
+
+    @classmethod
+    def start(cls, num_cpus: int, num_gpus: int | None = None, timeout_s: float = _START_S) -> LocalCluster:
+        """Start a cluster with ``num_cpus`` logical CPUs; its node on loopback."""
+        death_r, death_w = os.pipe()
+        cmd = [sys.executable, "-m", __name__, str(death_r), str(num_cpus), "" if num_gpus is None else str(num_gpus)]
+        env = dict(os.environ)
+        env.setdefault("RAY_AUTH_MODE", "token")  # what ray.init() does for a local cluster
+        env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        # Stopping is this module's business: no 30 s drain on SIGTERM.
+        env.setdefault("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "0")
+        try:
+            keeper = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, pass_fds=(death_r,), start_new_session=True)
+        finally:
+            os.close(death_r)
+        cluster = cls("", keeper, death_w)
+        try:
+            cluster.address, cluster.temp_dir = cluster._read_address(timeout_s)
+        except BaseException:
+            cluster.stop()
+            raise
+        return cluster
+
+    def _read_address(self, timeout_s: float) -> tuple[str, str]:
+        assert self.keeper.stdout is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.keeper.stdout, selectors.EVENT_READ)
+            if not sel.select(timeout_s):
+                raise RuntimeError(f"ray: the local cluster did not start within {timeout_s:g} s")
+        line = self.keeper.stdout.readline().decode(errors="replace").strip()
+        kind, _, rest = line.partition(" ")
+        if kind != "ready":
+            raise RuntimeError(f"ray: the local cluster did not start: {rest or 'its keeper exited'}")
+        address, _, temp_dir = rest.partition(" ")
+        return address, temp_dir
+
+    def stop(self) -> None:
+        """Stop the cluster (idempotent); returns once its keeper has exited."""
+        if self.death_w >= 0:
+            os.close(self.death_w)
+            self.death_w = -1
+        try:
+            self.keeper.wait(_STOP_S)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.keeper.pid, signal.SIGKILL)
+            self.keeper.wait(5)
+        if self.keeper.stdout is not None:
+            self.keeper.stdout.close()
+
+
+# ---- the keeper process ----------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _group_members() -> list[int]:
+    """Processes of this process group other than this one."""
+    me, group = os.getpid(), os.getpgid(0)
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != me:
+            with contextlib.suppress(OSError):
+                if os.getpgid(int(entry)) == group:
+                    out.append(int(entry))
+    return out
+
+
+def _stop_group() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(0, signal.SIGTERM)
+    deadline = time.monotonic() + _GRACE_S
+    while _group_members() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in _group_members():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _keep(death_fd: int, num_cpus: str, num_gpus: str) -> None:
+    # Short: Ray puts unix sockets under it, whose paths may not exceed 107 bytes.
+    temp_dir = tempfile.mkdtemp(prefix="hray-")
+    log_path = os.path.join(temp_dir, "ray-start.log")
+    port = _free_port()
+    cmd = [
+        sys.executable,
+        "-m",
+        "ray.scripts.scripts",
+        "start",
+        "--head",
+        "--block",
+        f"--port={port}",
+        "--node-ip-address=127.0.0.1",
+        f"--num-cpus={num_cpus}",
+        "--include-dashboard=false",
+        "--disable-usage-stats",
+        f"--temp-dir={temp_dir}",
+    ]
+    if num_gpus:
+        cmd.append(f"--num-gpus={num_gpus}")
+    try:
+        with open(log_path, "wb") as log:
+            ray_start = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + _START_S
+        while True:
+            with open(log_path, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+            if "Ray runtime started" in text:
+                break
+            if ray_start.poll() is not None or time.monotonic() > deadline:
+                tail = " | ".join(text.strip().splitlines()[-5:])
+                print(f"failed ray start exited with {ray_start.poll()}: {tail}", flush=True)
+                return
+            time.sleep(0.1)
+        print(f"ready 127.0.0.1:{port} {temp_dir}", flush=True)
+        # Until the caller closes the pipe or dies, or the cluster ends by itself.
+        with selectors.DefaultSelector() as sel:
+            sel.register(death_fd, selectors.EVENT_READ, "caller")
+            sel.register(os.pidfd_open(ray_start.pid), selectors.EVENT_READ, "cluster")
+            while True:
+                for key, _ in sel.select():
+                    if key.data == "cluster" or not os.read(death_fd, 1):
+                        return
+    finally:
+        _stop_group()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    _keep(int(sys.argv[1]), sys.argv[2], sys.argv[3])

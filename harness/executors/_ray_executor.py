@@ -1,0 +1,535 @@
+"""The `ray` backend's executor: one Ray actor per rank, driven from the caller's thread, like `mp`.
+
+Data flow::
+
+    caller thread ─ collective_rpc ─► pickle the call once ─► (ray.put once if large)
+         ▲                                   │ actor.execute.remote(call id, body) for each rank, under the queue lock
+         │                                   ▼ (Ray runs an actor's tasks in submission order)
+         │                          rank actors 0 … N-1, in one placement group (one bundle per rank)
+         │                                   │ each returns its pickled Reply: one ObjectRef per rank
+         └─ FutureQueue: FIFO, drained inside result() on the caller's thread:
+            ray.wait on the oldest call's refs, in short slices (so shutdown is seen)
+
+    monitor thread: blocks on pidfds of the actor processes (no polling when the
+    actors share this host; a 1 s look at Ray's actor table otherwise); on a
+    death it fails every pending call and runs the failure callbacks, once.
+
+Ray is process-wide: executors share this process's connection. The first one
+connects to the cluster named by ``address`` or ``RAY_ADDRESS``, or else starts
+a local single-node cluster (``_ray_cluster``: it goes with this process, even
+when this process is SIGKILLed); the last one to shut down disconnects, and stops
+the cluster only if an executor started it. A Ray already initialised by the
+caller is used as it is and never shut down here.
+
+The process group meets through a file store in a folder rank 0 creates, so
+the placement group is STRICT_PACK: every rank on one node. Ray's own servers
+(GCS, raylet, each worker's gRPC server) listen on all interfaces, which Ray
+cannot change: C23 is declared.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import selectors
+import shutil
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import ray
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from harness.contract import (
+    ExecutorConfig,
+    ExecutorShutdownError,
+    SerializationError,
+    WorkerDiedError,
+    WorkerInitError,
+    method_name,
+)
+from harness.executors._ray_cluster import LocalCluster
+from harness.executors._validate import validate_call
+from harness.executors._wire import dumps_call
+from harness.futures import FutureQueue, Reply
+from harness.worker import Request, Worker, encode_reply, error_reply, init_distributed, run_call
+
+__all__ = ["RayExecutor"]
+
+# Bodies above this go to the object store once and reach every actor by
+# reference; smaller ones travel inline with each task (Ray inlines < 100 KiB).
+_INLINE_LIMIT = 64 * 1024
+# The longest one ray.wait blocks before looking at the executor's state again.
+_WAIT_SLICE_S = 0.25
+# How long shutdown lets the actors tear down their process group politely.
+_TEARDOWN_S = 2.0
+# How long shutdown waits for killed actor processes to exit.
+_EXIT_S = 10.0
+# How often the monitor looks at actors that run on another host.
+_REMOTE_POLL_S = 1.0
+
+
+class _RankActor:
+    """One rank. Its tasks run one at a time in submission order (a plain, not
+    threaded, actor), so every rank issues collectives in the same order."""
+
+    def __init__(self, rank: int, world_size: int, device: str, env: Mapping[str, str]) -> None:
+        os.environ.update(env)
+        self._rank = rank
+        self._world_size = world_size
+        self._device = device
+        self._worker: Worker | None = None
+
+    def where(self) -> tuple[str, int]:
+        """This actor's node id and pid."""
+        return ray.get_runtime_context().get_node_id(), os.getpid()
+
+    def make_store_dir(self) -> str:
+        return tempfile.mkdtemp(prefix="harness-ray-")
+
+    def setup(self, dist_backend: str, store_path: str, timeout_s: float) -> int:
+        init_distributed(self._rank, self._world_size, self._device, dist_backend, store_path, timeout_s)
+        self._worker = Worker(self._rank, self._world_size, self._device)
+        return os.getpid()
+
+    def execute(self, call_id: int, body: bytes) -> bytes:
+        assert self._worker is not None, "execute() before setup()"
+        try:
+            request = Request(*pickle.loads(body))
+        except BaseException as exc:  # noqa: BLE001 - e.g. a callable this worker cannot import
+            return encode_reply(error_reply(self._rank, call_id, exc))
+        del body
+        return encode_reply(run_call(self._worker, call_id, request))
+
+    def teardown(self, store_dir: str | None) -> None:
+        try:
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        finally:
+            if store_dir:
+                shutil.rmtree(store_dir, ignore_errors=True)
+
+
+_RemoteRankActor = ray.remote(_RankActor)
+
+
+# ---- the process's Ray connection, shared by every executor ------------------
+
+
+class _Runtime:
+    """Counts the executors using Ray; connects for the first, disconnects after the last."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users = 0
+        self._ours = False  # whether ray.init was called here (and so ray.shutdown is ours too)
+        self.cluster: LocalCluster | None = None  # the cluster started here, if any
+
+    def acquire(self, address: str | None, num_cpus: int) -> None:
+        with self._lock:
+            if self._users == 0 and not ray.is_initialized():
+                address = address or os.environ.get("RAY_ADDRESS") or None
+                try:
+                    if address is None:
+                        self.cluster = LocalCluster.start(num_cpus)
+                        # "auto" finds the cluster in its temporary folder and, as
+                        # for a cluster ray.init() starts, takes up its token auth.
+                        ray.init(
+                            address="auto",
+                            _temp_dir=self.cluster.temp_dir,
+                            log_to_driver=False,
+                            configure_logging=False,
+                        )
+                    else:
+                        ray.init(address=address, log_to_driver=False, configure_logging=False)
+                except Exception as exc:
+                    if self.cluster is not None:
+                        self.cluster.stop()
+                        self.cluster = None
+                    where = f"the cluster at {address!r}" if address else "a local Ray cluster"
+                    raise WorkerInitError(f"ray: could not connect to {where}: {exc}") from exc
+                self._ours = True
+            self._users += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._users == 0 and self._ours:
+                self._ours = False
+                ray.shutdown()
+                if self.cluster is not None:
+                    self.cluster.stop()
+                    self.cluster = None
+
+
+_RUNTIME = _Runtime()
+
+
+def _local_num_cpus(world_size: int) -> int:
+    # Room for two executors of this size at once (C18); Ray's CPUs are logical.
+    return max(os.cpu_count() or 1, 2 * world_size)
+
+
+# ---- one executor's actors ----------------------------------------------------
+
+
+class _Group:
+    """Everything one executor owns, apart from the executor object so that
+    ``weakref.finalize`` can close it when the executor is dropped (C12)."""
+
+    def __init__(self, config: ExecutorConfig, address: str | None) -> None:
+        self.config = config
+        self.address = address
+        self.closed = False
+        self._close_lock = threading.Lock()
+        self.callbacks: list[Callable[[], None]] = []
+        self._callbacks_lock = threading.Lock()
+        self.failure: WorkerDiedError | None = None
+        self.actors: list[Any] = []
+        self.actor_ids: list[str] = []
+        self.pids: list[int | None] = []
+        self.local: list[bool] = []
+        self.pidfds: list[int | None] = []
+        self.pg: PlacementGroup | None = None
+        self.store_dir: str | None = None
+        self.store_local = False
+        self.queue = FutureQueue(self._receive)
+        # call id -> {ref: rank} still awaited, in submission order (dicts keep it).
+        self.inflight: dict[int, dict[Any, int]] = {}
+        self.monitor: threading.Thread | None = None
+        self._stop_r, self._stop_w = os.pipe()
+        self._runtime_held = False
+
+    # ---- start-up ---------------------------------------------------------
+
+    def start(self) -> None:
+        cfg = self.config
+        deadline = time.monotonic() + cfg.init_timeout_s
+        _RUNTIME.acquire(self.address, _local_num_cpus(cfg.world_size))
+        self._runtime_held = True
+        gpu = cfg.device == "cuda"
+        bundle = {"GPU": 1.0} if gpu else {"CPU": 1.0}
+        self.pg = placement_group([dict(bundle) for _ in range(cfg.world_size)], strategy="STRICT_PACK")
+        ready, _ = ray.wait([self.pg.ready()], timeout=_remaining(deadline))
+        if not ready:
+            total = ray.cluster_resources()  # type: ignore[no-untyped-call]
+            free = ray.available_resources()  # type: ignore[no-untyped-call]
+            raise WorkerInitError(
+                f"ray: a placement group of {cfg.world_size} bundles {bundle} could not be placed on one node "
+                f"within init_timeout_s={cfg.init_timeout_s:g} s; the cluster has {total}, of which {free} are free"
+            )
+        env = dict(cfg.env)
+        for rank in range(cfg.world_size):
+            actor = _RemoteRankActor.options(  # type: ignore[attr-defined]
+                num_cpus=0 if gpu else 1,
+                num_gpus=1 if gpu else 0,
+                max_restarts=0,
+                name=None,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    placement_group=self.pg, placement_group_bundle_index=rank
+                ),
+            ).remote(rank, cfg.world_size, cfg.device, env)
+            self.actors.append(actor)
+            self.actor_ids.append(actor._actor_id.hex())  # type: ignore[union-attr]
+        here = ray.get_runtime_context().get_node_id()
+        places = self._init_step("start", [a.where.remote() for a in self.actors], deadline)
+        for node_id, pid in places:
+            self.pids.append(pid)
+            self.local.append(node_id == here)
+            self.pidfds.append(_pidfd(pid) if node_id == here else None)
+        self.store_dir = self._init_step("start", [self.actors[0].make_store_dir.remote()], deadline)[0]
+        self.store_local = self.local[0]
+        store_path = os.path.join(str(self.store_dir), "store")
+        self._init_step(
+            "initialise torch.distributed",
+            [a.setup.remote(cfg.dist_backend, store_path, cfg.init_timeout_s) for a in self.actors],
+            deadline,
+        )
+        self.monitor = threading.Thread(target=self._monitor, name="harness-ray-monitor", daemon=True)
+        self.monitor.start()
+
+    def _init_step(self, what: str, refs: list[Any], deadline: float) -> list[Any]:
+        """Wait for one start-up step on every rank; the first failure ends it."""
+        rank_of = {ref: rank for rank, ref in enumerate(refs)}
+        out: dict[int, Any] = {}
+        pending = list(refs)
+        while pending:
+            remaining = _remaining(deadline)
+            if remaining <= 0:
+                missing = sorted(rank_of[r] for r in pending)
+                raise WorkerInitError(
+                    f"ranks {missing}: could not {what} within init_timeout_s={self.config.init_timeout_s:g} s"
+                )
+            ready, pending = ray.wait(pending, num_returns=1, timeout=min(remaining, _WAIT_SLICE_S))
+            for ref in ready:
+                rank = rank_of[ref]
+                try:
+                    out[rank] = ray.get(ref)
+                except ray.exceptions.RayError as exc:
+                    raise WorkerInitError(f"rank {rank}: worker failed to {what}: {exc}") from None
+        return [out[rank] for rank in range(len(refs))]
+
+    # ---- calls ------------------------------------------------------------
+
+    def submit(self, call_id: int, body: bytes) -> None:
+        arg: Any = ray.put(body) if len(body) > _INLINE_LIMIT else body
+        self.inflight[call_id] = {a.execute.remote(call_id, arg): rank for rank, a in enumerate(self.actors)}
+
+    def _receive(self, timeout: float | None) -> list[Reply]:
+        if self.closed:
+            raise ExecutorShutdownError("executor was shut down")
+        while self.inflight:
+            call_id, waiting = next(iter(self.inflight.items()))
+            if waiting:
+                break
+            del self.inflight[call_id]
+        else:
+            # Nothing in flight (the queue has only settled calls): wait for shutdown.
+            _wait_readable(self._stop_r, timeout)
+            return []
+        slice_s = _WAIT_SLICE_S if timeout is None else min(timeout, _WAIT_SLICE_S)
+        ready, _ = ray.wait(list(waiting), num_returns=len(waiting), timeout=slice_s, fetch_local=True)
+        if self.closed:
+            raise ExecutorShutdownError("executor was shut down while the call was waiting")
+        replies = []
+        for ref in ready:
+            rank = waiting.pop(ref)
+            try:
+                raw = ray.get(ref)
+            except ray.exceptions.RayActorError as exc:
+                raise self.fail(rank, str(exc).splitlines()[0] if str(exc) else "") from None
+            except ray.exceptions.RayError as exc:
+                # The task failed outside the call (e.g. its argument was lost): answer it.
+                replies.append(error_reply(rank, call_id, exc))
+                continue
+            replies.append(Reply(*pickle.loads(raw)))
+        return replies
+
+    # ---- failure ----------------------------------------------------------
+
+    def fail(self, rank: int, detail: str = "") -> WorkerDiedError:
+        """Record that ``rank`` died: fail every call, run the callbacks once."""
+        with self._callbacks_lock:
+            if self.failure is None:
+                self.failure = WorkerDiedError(rank, self.pids[rank] if rank < len(self.pids) else None, None, detail)
+                callbacks, self.callbacks = self.callbacks, []
+            else:
+                callbacks = []
+            failure = self.failure
+        self.queue.fail_all(failure)
+        for callback in callbacks:
+            _run_callback(callback)
+        return failure
+
+    def add_callback(self, callback: Callable[[], None]) -> None:
+        with self._callbacks_lock:
+            if self.failure is None:
+                self.callbacks.append(callback)
+                return
+        _run_callback(callback)
+
+    def dead_rank(self) -> int | None:
+        for rank, fd in enumerate(self.pidfds):
+            if fd is not None:
+                if _wait_readable(fd, 0):
+                    return rank
+            elif _actor_dead(self.actor_ids[rank]):
+                return rank
+        return None
+
+    def _monitor(self) -> None:
+        sel = selectors.DefaultSelector()
+        try:
+            sel.register(self._stop_r, selectors.EVENT_READ, None)
+            for rank, fd in enumerate(self.pidfds):
+                if fd is not None:
+                    sel.register(fd, selectors.EVENT_READ, rank)
+            poll = None if all(self.local) else _REMOTE_POLL_S
+            while not self.closed:
+                events = sel.select(poll)
+                if self.closed or any(key.data is None for key, _ in events):
+                    return
+                dead = [key.data for key, _ in events]
+                if not dead and poll is not None:
+                    dead = [r for r, local in enumerate(self.local) if not local and _actor_dead(self.actor_ids[r])]
+                if dead:
+                    self.fail(min(dead), "its Ray actor process exited")
+                    return
+        finally:
+            sel.close()
+
+    # ---- shutdown ---------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the actors and release everything. Idempotent, bounded (C9)."""
+        with self._close_lock:
+            if self.closed:
+                return
+            self.closed = True
+        os.write(self._stop_w, b"x")  # wakes the monitor and an idle wait
+        try:
+            self._stop_actors()
+        finally:
+            # A call blocked in another thread sees `closed` within one wait slice.
+            self.queue.fail_all(ExecutorShutdownError("executor was shut down"))
+            self.inflight.clear()
+            if self.monitor is not None and self.monitor is not threading.current_thread():
+                self.monitor.join(_EXIT_S)
+            for fd in self.pidfds:
+                if fd is not None:
+                    os.close(fd)
+            self.pidfds = []
+            os.close(self._stop_r)
+            os.close(self._stop_w)
+            if self.store_dir and self.store_local:
+                shutil.rmtree(self.store_dir, ignore_errors=True)
+            if self._runtime_held:
+                self._runtime_held = False
+                _RUNTIME.release()
+
+    def _stop_actors(self) -> None:
+        if not ray.is_initialized():
+            return  # the caller shut Ray down under us: the actors went with it
+        if self.actors and self.failure is None and self.pids:
+            # Politely first, so that gloo/NCCL close their connections; a rank
+            # hung in a call never gets to it and is killed below.
+            refs = [a.teardown.remote(self.store_dir if r == 0 else None) for r, a in enumerate(self.actors)]
+            ray.wait(refs, num_returns=len(refs), timeout=_TEARDOWN_S)
+        for actor in self.actors:
+            with contextlib.suppress(Exception):
+                ray.kill(actor, no_restart=True)
+        deadline = time.monotonic() + _EXIT_S
+        for fd in self.pidfds:
+            if fd is not None:
+                _wait_readable(fd, _remaining(deadline))
+        self.actors = []
+        if self.pg is not None:
+            with contextlib.suppress(Exception):
+                remove_placement_group(self.pg)
+            self.pg = None
+
+
+def _remaining(deadline: float) -> float:
+    return max(0.0, deadline - time.monotonic())
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (OSError, AttributeError):  # gone already, or not Linux
+        return None
+
+
+def _wait_readable(fd: int, timeout: float | None) -> bool:
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_READ)
+        return bool(sel.select(timeout))
+
+
+def _actor_dead(actor_id: str) -> bool:
+    try:
+        from ray._private import state
+
+        info = state.actors(actor_id=actor_id)
+    except Exception:  # noqa: BLE001 - no answer is no news
+        return False
+    return bool(info) and info.get("State") == "DEAD"
+
+
+def _run_callback(callback: Callable[[], None]) -> None:
+    try:
+        callback()
+    except Exception:  # noqa: BLE001 - one bad callback must not stop the others
+        import traceback
+
+        traceback.print_exc()
+
+
+class RayExecutor:
+    """Workers as Ray actors. See the module docstring for the data flow.
+
+    ``address``: a Ray cluster to connect to (default: ``RAY_ADDRESS``, else a
+    local cluster started for this process)."""
+
+    def __init__(self, config: ExecutorConfig, *, address: str | None = None) -> None:
+        if not isinstance(config, ExecutorConfig):
+            raise TypeError(f"RayExecutor needs an ExecutorConfig, got {config!r}")
+        if config.world_size < 1:
+            raise ValueError(f"RayExecutor: world_size must be >= 1, got {config.world_size!r}")
+        self.config = config
+        self.world_size = config.world_size
+        self._group = _Group(config, address)
+        self._finalizer = weakref.finalize(self, self._group.close)
+        try:
+            self._group.start()
+        except BaseException:
+            self._finalizer()
+            raise
+
+    def collective_rpc(
+        self,
+        method: str | Callable[..., Any],
+        timeout: float | None = None,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+        non_block: bool = False,
+        unique_reply_rank: int | None = None,
+    ) -> Any:
+        group = self._group
+        name = method_name(method)
+        if group.closed:
+            raise ExecutorShutdownError(f"collective_rpc({name!r}): the executor was shut down")
+        args = validate_call(method, timeout, args, kwargs, unique_reply_rank, self.world_size)
+        if group.failure is not None:
+            raise group.failure
+        try:
+            body = dumps_call((method, args, kwargs, unique_reply_rank))
+        except Exception as exc:
+            raise SerializationError(f"collective_rpc({name!r}): the call could not be pickled: {exc}") from exc
+        queue = group.queue
+        with queue.lock:
+            call = queue.new_call(name, self.world_size, unique_reply_rank, timeout)
+            try:
+                group.submit(call.call_id, body)
+            except BaseException:
+                queue.discard(call)
+                raise
+        if non_block:
+            return call.future
+        return call.future.result()
+
+    def check_health(self) -> None:
+        group = self._group
+        if group.closed:
+            raise ExecutorShutdownError("check_health(): the executor was shut down")
+        if group.failure is None:
+            rank = group.dead_rank()
+            if rank is not None:
+                group.fail(rank, "its Ray actor process exited")
+        if group.failure is not None:
+            raise group.failure
+
+    def register_failure_callback(self, callback: Callable[[], None]) -> None:
+        if not callable(callback):
+            raise TypeError(f"register_failure_callback: {callback!r} is not callable")
+        self._group.add_callback(callback)
+
+    def shutdown(self) -> None:
+        self._finalizer()
+
+    def __enter__(self) -> RayExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    @property
+    def worker_pids(self) -> list[int | None]:
+        return list(self._group.pids)

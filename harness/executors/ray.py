@@ -1,0 +1,90 @@
+"""``ray``: workers as Ray actors, the same contract as ``mp`` on a real Ray runtime.
+
+The factory and its declarations live here, apart from the executor
+(``_ray_executor``): loading the backend must not import Ray, whose settings
+(authentication among them) are read from the environment at import, so that
+a test process gets the environment of the run's cluster before Ray loads.
+
+See ``_ray_executor`` for the data flow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from harness.contract import ExecutorConfig
+from harness.executors._ray_cluster import LocalCluster
+
+
+def _ray_installed() -> bool:
+    if "ray" in sys.modules:
+        return sys.modules["ray"] is not None
+    return importlib.util.find_spec("ray") is not None
+
+
+if not _ray_installed():
+    raise ImportError("No module named 'ray'", name="ray")
+
+if TYPE_CHECKING:
+    from harness.executors._ray_executor import RayExecutor
+
+__all__ = ["RayExecutor", "create", "local_cluster"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "RayExecutor":
+        from harness.executors._ray_executor import RayExecutor
+
+        return RayExecutor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# ---- a cluster for a whole test run --------------------------------------------
+
+#: Set to 0 to make every executor of a run start its own local cluster instead.
+SESSION_CLUSTER_ENV = "HARNESS_RAY_SESSION_CLUSTER"
+
+
+@contextlib.contextmanager
+def local_cluster(num_cpus: int | None = None) -> Iterator[dict[str, str]]:
+    """A single-node Ray cluster for the length of a run, its node on loopback,
+    stopped at the end or when this process dies; yields the environment that
+    points executors at it.
+
+    Uses the cluster named by ``RAY_ADDRESS`` instead when one is set, and none
+    at all (each executor then starts its own) when ``HARNESS_RAY_SESSION_CLUSTER=0``.
+    """
+    if os.environ.get("RAY_ADDRESS") or os.environ.get(SESSION_CLUSTER_ENV, "1") == "0":
+        yield {}
+        return
+    cluster = LocalCluster.start(num_cpus if num_cpus is not None else max(16, 2 * (os.cpu_count() or 1)))
+    try:
+        # The test processes import Ray after this is set, so they take the
+        # cluster's authentication mode (Ray reads it when imported).
+        yield {"RAY_ADDRESS": cluster.address, "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "token")}
+    finally:
+        cluster.stop()
+
+
+def create(config: ExecutorConfig) -> RayExecutor:
+    """The ``ray`` backend factory."""
+    from harness.executors._ray_executor import RayExecutor
+
+    return RayExecutor(config)
+
+
+create.unsupported = {  # type: ignore[attr-defined]
+    "C23": (
+        "Ray's own gRPC servers (GCS, raylet, and one in every worker and driver) listen on all "
+        "interfaces, and Ray has no setting to bind them to loopback; its node address is loopback"
+    ),
+}
+# Ray starts the actor processes itself: spawn/fork mean nothing to it.
+create.start_methods = ("spawn",)  # type: ignore[attr-defined]
+# One cluster for a whole run: connecting takes a fraction of a second, starting one seconds.
+create.session = local_cluster  # type: ignore[attr-defined]

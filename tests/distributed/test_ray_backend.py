@@ -1,0 +1,208 @@
+"""The ``ray`` backend's own promises, beyond the portable suite: who starts and
+stops the cluster, actors killed through Ray, a dead caller with a local cluster.
+
+Each test runs in its own forked process (``distributed``) and needs Ray (``ray``).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from harness import ExecutorConfig, WorkerDiedError, leaks, probes
+from harness.conformance._checks import process_gone, wait_until
+
+pytestmark = [pytest.mark.ray, pytest.mark.distributed, pytest.mark.timeout(240)]
+
+
+def _ray_processes() -> list[str]:
+    """Ray's daemons among this process's descendants."""
+    names = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            cmd = " ".join(child.cmdline())
+        except psutil.NoSuchProcess:
+            continue
+        if "gcs_server" in cmd or "raylet" in cmd or "ray::" in cmd or "ray/_private" in cmd:
+            names.append(f"{child.pid}: {cmd[:100]}")
+    return names
+
+
+@pytest.fixture
+def no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No cluster named: the executor starts its own."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+
+
+@pytest.fixture
+def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A running single-node cluster, named by RAY_ADDRESS."""
+    from harness.executors.ray import local_cluster
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv("HARNESS_RAY_SESSION_CLUSTER", raising=False)
+    with local_cluster(num_cpus=8) as env:
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        yield env["RAY_ADDRESS"]
+
+
+def test_a_cluster_it_started_is_gone_after_shutdown(no_cluster: None) -> None:
+    from harness.executors.ray import create
+
+    before = leaks.baseline()
+    ex = create(ExecutorConfig(2))
+    assert ex.collective_rpc(probes.rank) == [0, 1]
+    assert _ray_processes(), "expected the executor to have started a local Ray cluster"
+    ex.shutdown()
+    assert wait_until(lambda: not _ray_processes(), 15), f"Ray processes left: {_ray_processes()}"
+    problems = leaks.wait_clean(before, timeout=10, fd_slack=4)
+    # Ray's driver keeps a few descriptors across ray.init/ray.shutdown (its log
+    # file, gRPC's pollers): only processes, threads and sockets are checked here.
+    assert not [p for p in problems if not p.startswith("file descriptors")], problems
+
+
+def test_a_cluster_it_connected_to_keeps_running_after_shutdown(cluster: str) -> None:
+    import ray
+
+    from harness.executors.ray import create
+
+    ex = create(ExecutorConfig(2))
+    pids = [int(p) for p in ex.collective_rpc(probes.pid)]
+    ex.shutdown()
+    assert not ray.is_initialized(), "the executor connected, so it must disconnect on shutdown"
+    assert wait_until(lambda: all(process_gone(p) for p in pids), 10), f"actors {pids} outlived shutdown"
+    # The cluster is still there: a new executor connects to it and works.
+    with create(ExecutorConfig(2)) as again:
+        assert again.collective_rpc(probes.rank) == [0, 1]
+
+
+def test_ray_initialised_by_the_caller_is_left_initialised(cluster: str) -> None:
+    import ray
+
+    from harness.executors.ray import create
+
+    ray.init(address=cluster, log_to_driver=False, configure_logging=False)
+    try:
+        with create(ExecutorConfig(2)) as ex:
+            assert ex.collective_rpc(probes.rank) == [0, 1]
+        assert ray.is_initialized(), "shutdown() disconnected a Ray the caller had initialised"
+    finally:
+        ray.shutdown()
+
+
+def test_non_block_returns_one_future_of_the_list(cluster: str) -> None:
+    from harness.executors.ray import create
+
+    with create(ExecutorConfig(2)) as ex:
+        future = ex.collective_rpc(probes.rank, non_block=True)
+        assert isinstance(future, concurrent.futures.Future), f"got {type(future).__name__}"
+        assert future.result(timeout=60) == [0, 1]
+
+
+def test_a_timeout_is_the_builtin_timeout_error_and_the_executor_goes_on(cluster: str) -> None:
+    from harness.executors.ray import create
+
+    with create(ExecutorConfig(2)) as ex:
+        start = time.monotonic()
+        with pytest.raises(TimeoutError) as info:
+            ex.collective_rpc(probes.sleep, args=(3.0,), timeout=0.5)
+        assert time.monotonic() - start < 2.5
+        assert "ray" not in type(info.value).__module__, f"raised Ray's own {type(info.value)!r}"
+        assert ex.collective_rpc(probes.echo_value, args=("after",)) == ["after", "after"]
+
+
+def test_an_actor_killed_through_ray_fails_pending_and_later_calls(cluster: str) -> None:
+    import ray
+
+    from harness.executors.ray import create
+
+    calls: list[int] = []
+    with create(ExecutorConfig(2)) as ex:
+        ex.register_failure_callback(lambda: calls.append(1))
+        pending = ex.collective_rpc(probes.sleep, args=(60.0,), non_block=True)
+        time.sleep(0.3)
+        ray.kill(ex._group.actors[1])  # as an operator or Ray itself would
+        start = time.monotonic()
+        with pytest.raises(WorkerDiedError) as info:
+            pending.result(timeout=30)
+        assert time.monotonic() - start <= 10
+        assert info.value.rank == 1
+        with pytest.raises(WorkerDiedError):
+            ex.collective_rpc(probes.rank)
+        with pytest.raises(WorkerDiedError):
+            ex.check_health()
+        assert wait_until(lambda: len(calls) >= 1, 10)
+    time.sleep(0.5)
+    assert calls == [1], f"the failure callback ran {len(calls)} times"
+
+
+def test_a_death_with_no_call_in_flight_runs_the_callbacks(cluster: str) -> None:
+    from harness.executors.ray import create
+
+    calls: list[str] = []
+    done = threading.Event()
+
+    def on_failure() -> None:
+        calls.append(threading.current_thread().name)
+        done.set()
+
+    with create(ExecutorConfig(2)) as ex:
+        ex.register_failure_callback(on_failure)
+        os.kill(ex.worker_pids[0], signal.SIGKILL)
+        assert done.wait(10), "no failure callback within 10 s of an idle actor's death"
+        with pytest.raises(WorkerDiedError):
+            ex.check_health()
+    assert len(calls) == 1
+
+
+def test_a_placement_group_that_cannot_fit_fails_start_up_in_time(cluster: str) -> None:
+    from harness import WorkerInitError
+    from harness.executors.ray import create
+
+    start = time.monotonic()
+    with pytest.raises(WorkerInitError, match="could not be placed"):
+        create(ExecutorConfig(64, init_timeout_s=3.0))
+    assert time.monotonic() - start < 15
+
+
+def test_workers_of_a_sigkilled_caller_exit_with_its_local_cluster(no_cluster: None, tmp_path: Path) -> None:
+    """C13 with the cluster the caller started (the suite's C13 uses a shared one)."""
+    pid_file = tmp_path / "pids.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    env.pop("RAY_ADDRESS", None)
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "harness.conformance._orphan_driver", "ray", "2", "spawn", str(pid_file)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert wait_until(lambda: pid_file.exists() or driver.poll() is not None, 120), "driver did not start"
+        assert pid_file.exists(), f"the driver exited with {driver.poll()} before starting its workers"
+        workers = json.loads(pid_file.read_text())
+        cluster = [c.pid for c in psutil.Process(driver.pid).children(recursive=True) if c.pid not in workers]
+    finally:
+        driver.kill()
+        driver.wait(30)
+    everything: list[Any] = workers + cluster
+    wait_until(lambda: all(process_gone(p) for p in everything), 10)
+    alive = [p for p in everything if not process_gone(p)]
+    for p in alive:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert not alive, f"processes {alive} (workers {workers}, cluster {cluster}) outlived the caller by 10 s"
