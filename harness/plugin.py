@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -45,6 +45,10 @@ HELP_BACKEND = (
     "'module:attr' factories, or harness.backends entry points"
 )
 HELP_WORLD_SIZE = "world sizes to run, comma-separated (default 1,2,4; each backend keeps those it supports)"
+HELP_BACKEND_WORLD_SIZES = (
+    "world sizes for particular backends, e.g. 'ray=2' or 'ray=2,4; mp=1,2' (ini only); "
+    "used when no world size is given on the command line or in HARNESS_WORLD_SIZE"
+)
 HELP_START_METHOD = "start methods to run, comma-separated (default spawn,fork)"
 HELP_DECLARE = "clauses to treat as declared unsupported for every backend, comma-separated (e.g. C12,C22)"
 HELP_TIMEOUT = "seconds after which an isolated test is killed with its process group (default 300)"
@@ -113,6 +117,10 @@ class _Options:
     isolate: bool
     loaded: dict[str, LoadedBackend | BaseException]
     timeout_explicit: bool = False
+    backend_world_sizes: dict[str, list[int]] = field(default_factory=dict)
+
+    def world_sizes_of(self, backend: str) -> list[int]:
+        return self.backend_world_sizes.get(backend, self.world_sizes)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -128,6 +136,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--report-md", dest="harness_report_md", default=None, help="write the clause matrix as Markdown")
     parser.addini("harness_backends", HELP_BACKEND, default="")
     parser.addini("harness_world_sizes", HELP_WORLD_SIZE, default="")
+    parser.addini("harness_backend_world_sizes", HELP_BACKEND_WORLD_SIZES, default="")
     parser.addini("harness_start_methods", HELP_START_METHOD, default="")
     parser.addini("harness_timeout", HELP_TIMEOUT, default="")
 
@@ -159,11 +168,15 @@ def _parse_options(config: pytest.Config) -> _Options:
     to_text, to_where = _setting(
         config, "harness_timeout", "HARNESS_TIMEOUT", "harness_timeout", str(_DEFAULT_TIMEOUT_S)
     )
-    world_sizes = []
-    for v in _split(ws_text):
-        if not v.isdigit() or int(v) < 1:
-            raise pytest.UsageError(f"Invalid world size {v!r} from {ws_where}: expected integers >= 1")
-        world_sizes.append(int(v))
+    world_sizes = _world_sizes(ws_text, ws_where)
+    per_backend: dict[str, list[int]] = {}
+    if ws_where in ("the ini setting harness_world_sizes", "the default"):
+        where = "the ini setting harness_backend_world_sizes"
+        for entry in [e.strip() for e in str(config.getini("harness_backend_world_sizes")).split(";") if e.strip()]:
+            name, eq, sizes = entry.partition("=")
+            if not eq or not name.strip():
+                raise pytest.UsageError(f"Invalid entry {entry!r} from {where}: expected NAME=WS[,WS...]")
+            per_backend[name.strip()] = _world_sizes(sizes, where)
     start_methods = _split(sm_text)
     for sm in start_methods:
         if sm not in START_METHODS:
@@ -191,7 +204,17 @@ def _parse_options(config: pytest.Config) -> _Options:
         isolate_text == "yes",
         {},
         timeout_explicit=to_where != "the default",
+        backend_world_sizes=per_backend,
     )
+
+
+def _world_sizes(text: str, where: str) -> list[int]:
+    out = []
+    for v in _split(text):
+        if not v.isdigit() or int(v) < 1:
+            raise pytest.UsageError(f"Invalid world size {v!r} from {where}: expected integers >= 1")
+        out.append(int(v))
+    return out
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -210,6 +233,7 @@ def pytest_configure(config: pytest.Config) -> None:
         {
             "backends": ",".join(opts.backends) or "(none)",
             "world sizes": opts.world_sizes,
+            **({"world sizes by backend": opts.backend_world_sizes} if opts.backend_world_sizes else {}),
             "start methods": opts.start_methods,
         }
     )
@@ -255,7 +279,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             params.append(pytest.param(None, id=name, marks=mark))
             continue
         starts = [s for s in opts.start_methods if s in (loaded.start_methods or START_METHODS)]
-        for ws in opts.world_sizes:
+        for ws in opts.world_sizes_of(name):
             if not loaded.supports_world_size(ws):
                 continue
             for sm in starts:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 __all__ = ["LocalCluster"]
 
 _START_S = 120.0
-_GRACE_S = 3.0
+_GRACE_S = 1.0
 _STOP_S = 15.0
 
 

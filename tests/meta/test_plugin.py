@@ -165,3 +165,25 @@ def test_ray_marked_tests_skip_with_the_install_command_where_ray_is_missing(pyt
     result = pytester.runpytest_subprocess("--backend", "mp", "-rs", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["*ray is not installed; install it with: pip install 'harness?ray?'*"])
+
+
+def test_backend_world_sizes_from_the_ini_apply_unless_world_sizes_are_given(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x(executor):\n    pass\n")
+    pytester.makeini("[pytest]\nharness_world_sizes = 1,2\nharness_backend_world_sizes = mp=4\n")
+    result = pytester.runpytest_subprocess("--backend", "uni,mp", "--collect-only", "-q", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["*test_x?uni-ws1-spawn?", "*test_x?mp-ws4-spawn?", "*test_x?mp-ws4-fork?"])
+    result.stdout.no_fnmatch_line("*mp-ws1*")
+    # A world size on the command line is for every backend.
+    result = pytester.runpytest_subprocess(
+        "--backend", "mp", "--world-size", "2", "--collect-only", "-q", "-p", "no:cacheprovider"
+    )
+    result.stdout.fnmatch_lines(["*test_x?mp-ws2-spawn?"])
+    result.stdout.no_fnmatch_line("*mp-ws4*")
+
+
+def test_a_bad_backend_world_size_entry_names_the_value_and_the_setting(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x(executor):\n    pass\n")
+    pytester.makeini("[pytest]\nharness_backend_world_sizes = mp=two\n")
+    result = pytester.runpytest_subprocess("--backend", "mp", "-p", "no:cacheprovider")
+    assert result.ret != 0
+    result.stderr.fnmatch_lines(["*Invalid world size 'two' from the ini setting harness_backend_world_sizes*"])
