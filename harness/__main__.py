@@ -38,6 +38,12 @@ def _conform(args: argparse.Namespace) -> int:
         value = getattr(args, attr)
         if value:
             argv += [flag, value]
+    if not args.world_size:
+        # Its documented default, whatever ini the current folder has (a project
+        # may narrow a backend's world sizes for its own CI).
+        import os
+
+        argv += ["--world-size", os.environ.get("HARNESS_WORLD_SIZE") or "1,2,4"]
     return subprocess.call(argv)
 
 
@@ -59,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     conform = sub.add_parser("conform", help="run the conformance suite against a backend and print the matrix")
     conform.add_argument("--backend", required=True, help="built-in name(s), 'module:attr', or entry point(s)")
-    conform.add_argument("--world-size", help="comma-separated world sizes (default 1,2,4)")
+    conform.add_argument("--world-size", help="comma-separated world sizes (default: HARNESS_WORLD_SIZE, else 1,2,4)")
     conform.add_argument("--start-method", help="comma-separated start methods (default spawn,fork)")
     conform.add_argument("--declare", help="clauses to treat as declared unsupported, e.g. C12,C22")
     conform.add_argument("--report-json", help="write the matrix as JSON to this path")

@@ -164,3 +164,19 @@ def tensor_parallel_forward(
     dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
     out = models.sharded_forward(w, int(worker.rank), world_size, dev)
     return out.cpu()
+
+
+def _refuse_unpickling() -> None:
+    raise RuntimeError("this object cannot be unpickled (by design)")
+
+
+class _LoadsBadly:
+    """Pickles fine; unpickling it raises."""
+
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        return _refuse_unpickling, ()
+
+
+def result_the_caller_cannot_unpickle(worker: Any) -> Any:
+    """A result that pickles in the worker and fails to unpickle in the caller."""
+    return _LoadsBadly()

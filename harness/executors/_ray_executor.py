@@ -309,7 +309,11 @@ class _Group:
                 # The task failed outside the call (e.g. its argument was lost): answer it.
                 replies.append(error_reply(rank, call_id, exc))
                 continue
-            replies.append(Reply(*pickle.loads(raw)))
+            try:
+                replies.append(Reply(*pickle.loads(raw)))
+            except Exception as exc:  # noqa: BLE001 - e.g. a result class the caller cannot import
+                err = RuntimeError(f"the result could not be unpickled in the caller: {exc!r}")
+                replies.append(error_reply(rank, call_id, err))
         return replies
 
     # ---- failure ----------------------------------------------------------

@@ -206,3 +206,13 @@ def test_workers_of_a_sigkilled_caller_exit_with_its_local_cluster(no_cluster: N
         except ProcessLookupError:
             pass
     assert not alive, f"processes {alive} (workers {workers}, cluster {cluster}) outlived the caller by 10 s"
+
+
+def test_a_result_the_caller_cannot_unpickle_fails_that_call_only(cluster: str) -> None:
+    from harness import RemoteCallError
+    from harness.executors.ray import create
+
+    with create(ExecutorConfig(2)) as ex:
+        with pytest.raises(RemoteCallError, match="could not be unpickled in the caller"):
+            ex.collective_rpc(probes.result_the_caller_cannot_unpickle)
+        assert ex.collective_rpc(probes.rank) == [0, 1]
