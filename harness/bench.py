@@ -44,11 +44,15 @@ class LatencyResult:
     #: For a backend: seconds from the factory call to a working executor, and to shut it down.
     startup_s: float | None = None
     shutdown_s: float | None = None
+    #: For a backend with a run-wide session (``ray``: a running cluster): start-up inside it.
+    session_startup_s: float | None = None
 
     def line(self) -> str:
         lifecycle = ""
         if self.startup_s is not None and self.shutdown_s is not None:
             lifecycle = f"   start-up {self.startup_s:.2f} s, shutdown {self.shutdown_s:.2f} s"
+            if self.session_startup_s is not None:
+                lifecycle += f" (start-up with its session running: {self.session_startup_s:.2f} s)"
         return (
             f"{self.name:<8} ws={self.world_size}  median {self.median_us:8.1f} us   "
             f"p90 {self.p90_us:8.1f} us   (n={self.samples}){lifecycle}"
@@ -192,7 +196,8 @@ def measure_naive(world_size: int, iters: int, warmup: int) -> LatencyResult:
 
 def measure_backend(backend: str, world_size: int, iters: int, warmup: int) -> LatencyResult:
     """Round trips of an empty call, with the executor's start-up (factory to the
-    first completed call; for ``ray`` with no cluster named, starting one) and shutdown."""
+    first completed call; for ``ray`` with no cluster named, starting one) and
+    shutdown; for a backend with a session, start-up again with it running."""
     loaded = load_backend(backend)
     t0 = time.perf_counter()
     ex = loaded.factory(ExecutorConfig(world_size))
@@ -204,6 +209,21 @@ def measure_backend(backend: str, world_size: int, iters: int, warmup: int) -> L
         t1 = time.perf_counter()
         ex.shutdown()
     result.startup_s, result.shutdown_s = startup, time.perf_counter() - t1
+    if loaded.session is not None:
+        with loaded.session() as env:
+            saved = {key: os.environ.get(key) for key in env}
+            os.environ.update(env)
+            try:
+                t0 = time.perf_counter()
+                with loaded.factory(ExecutorConfig(world_size)) as ex:
+                    ex.collective_rpc(probes.noop)
+                    result.session_startup_s = time.perf_counter() - t0
+            finally:
+                for key, value in saved.items():
+                    if value is None:
+                        os.environ.pop(key, None)
+                    else:
+                        os.environ[key] = value
     return result
 
 
