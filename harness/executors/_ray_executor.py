@@ -37,8 +37,7 @@ import shutil
 import tempfile
 import threading
 import time
-import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import ray
@@ -48,15 +47,12 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from harness.contract import (
     ExecutorConfig,
     ExecutorShutdownError,
-    SerializationError,
     WorkerDiedError,
     WorkerInitError,
-    method_name,
 )
+from harness.executors._group import Failure, GroupExecutor
 from harness.executors._ray_cluster import LocalCluster
-from harness.executors._validate import validate_call
-from harness.executors._wire import dumps_call
-from harness.futures import FutureQueue, Reply
+from harness.futures import FutureQueue, PendingCall, Reply
 from harness.worker import Request, Worker, encode_reply, error_reply, init_distributed, run_call
 
 __all__ = ["RayExecutor"]
@@ -189,9 +185,7 @@ class _Group:
         self.address = address
         self.closed = False
         self._close_lock = threading.Lock()
-        self.callbacks: list[Callable[[], None]] = []
-        self._callbacks_lock = threading.Lock()
-        self.failure: WorkerDiedError | None = None
+        self.failure = Failure()
         self.actors: list[Any] = []
         self.actor_ids: list[str] = []
         self.pids: list[int | None] = []
@@ -278,9 +272,16 @@ class _Group:
 
     # ---- calls ------------------------------------------------------------
 
-    def submit(self, call_id: int, body: bytes) -> None:
-        arg: Any = ray.put(body) if len(body) > _INLINE_LIMIT else body
-        self.inflight[call_id] = {a.execute.remote(call_id, arg): rank for rank, a in enumerate(self.actors)}
+    def send(self, call: PendingCall, body: bytes) -> None:
+        """Submit one registered call to every actor (under the queue lock, so
+        that Ray sees the calls in call-id order)."""
+        try:
+            arg: Any = ray.put(body) if len(body) > _INLINE_LIMIT else body
+            refs = {a.execute.remote(call.call_id, arg): rank for rank, a in enumerate(self.actors)}
+        except BaseException:
+            self.queue.discard(call)
+            raise
+        self.inflight[call.call_id] = refs
 
     def _receive(self, timeout: float | None) -> list[Reply]:
         if self.closed:
@@ -318,26 +319,13 @@ class _Group:
 
     # ---- failure ----------------------------------------------------------
 
-    def fail(self, rank: int, detail: str = "") -> WorkerDiedError:
+    def fail(self, rank: int, detail: str = "its Ray actor process exited") -> WorkerDiedError:
         """Record that ``rank`` died: fail every call, run the callbacks once."""
-        with self._callbacks_lock:
-            if self.failure is None:
-                self.failure = WorkerDiedError(rank, self.pids[rank] if rank < len(self.pids) else None, None, detail)
-                callbacks, self.callbacks = self.callbacks, []
-            else:
-                callbacks = []
-            failure = self.failure
-        self.queue.fail_all(failure)
-        for callback in callbacks:
-            _run_callback(callback)
-        return failure
 
-    def add_callback(self, callback: Callable[[], None]) -> None:
-        with self._callbacks_lock:
-            if self.failure is None:
-                self.callbacks.append(callback)
-                return
-        _run_callback(callback)
+        def died() -> WorkerDiedError:
+            return WorkerDiedError(rank, self.pids[rank] if rank < len(self.pids) else None, None, detail)
+
+        return self.failure.record(died, self.queue)
 
     def dead_rank(self) -> int | None:
         for rank, fd in enumerate(self.pidfds):
@@ -364,7 +352,7 @@ class _Group:
                 if not dead and poll is not None:
                     dead = [r for r, local in enumerate(self.local) if not local and _actor_dead(self.actor_ids[r])]
                 if dead:
-                    self.fail(min(dead), "its Ray actor process exited")
+                    self.fail(min(dead))
                     return
         finally:
             sel.close()
@@ -401,7 +389,7 @@ class _Group:
     def _stop_actors(self) -> None:
         if not ray.is_initialized():
             return  # the caller shut Ray down under us: the actors went with it
-        if self.actors and self.failure is None and self.pids:
+        if self.actors and self.failure.error is None and self.pids:
             # Politely first, so that gloo/NCCL close their connections; a rank
             # hung in a call never gets to it and is killed below.
             refs = [a.teardown.remote(self.store_dir if r == 0 else None) for r, a in enumerate(self.actors)]
@@ -447,93 +435,11 @@ def _actor_dead(actor_id: str) -> bool:
     return bool(info) and info.get("State") == "DEAD"
 
 
-def _run_callback(callback: Callable[[], None]) -> None:
-    try:
-        callback()
-    except Exception:  # noqa: BLE001 - one bad callback must not stop the others
-        import traceback
-
-        traceback.print_exc()
-
-
-class RayExecutor:
+class RayExecutor(GroupExecutor):
     """Workers as Ray actors. See the module docstring for the data flow.
 
     ``address``: a Ray cluster to connect to (default: ``RAY_ADDRESS``, else a
     local cluster started for this process)."""
 
     def __init__(self, config: ExecutorConfig, *, address: str | None = None) -> None:
-        if not isinstance(config, ExecutorConfig):
-            raise TypeError(f"RayExecutor needs an ExecutorConfig, got {config!r}")
-        if config.world_size < 1:
-            raise ValueError(f"RayExecutor: world_size must be >= 1, got {config.world_size!r}")
-        self.config = config
-        self.world_size = config.world_size
-        self._group = _Group(config, address)
-        self._finalizer = weakref.finalize(self, self._group.close)
-        try:
-            self._group.start()
-        except BaseException:
-            self._finalizer()
-            raise
-
-    def collective_rpc(
-        self,
-        method: str | Callable[..., Any],
-        timeout: float | None = None,
-        args: tuple[Any, ...] = (),
-        kwargs: dict[str, Any] | None = None,
-        non_block: bool = False,
-        unique_reply_rank: int | None = None,
-    ) -> Any:
-        group = self._group
-        name = method_name(method)
-        if group.closed:
-            raise ExecutorShutdownError(f"collective_rpc({name!r}): the executor was shut down")
-        args = validate_call(method, timeout, args, kwargs, unique_reply_rank, self.world_size)
-        if group.failure is not None:
-            raise group.failure
-        try:
-            body = dumps_call((method, args, kwargs, unique_reply_rank))
-        except Exception as exc:
-            raise SerializationError(f"collective_rpc({name!r}): the call could not be pickled: {exc}") from exc
-        queue = group.queue
-        with queue.lock:
-            call = queue.new_call(name, self.world_size, unique_reply_rank, timeout)
-            try:
-                group.submit(call.call_id, body)
-            except BaseException:
-                queue.discard(call)
-                raise
-        if non_block:
-            return call.future
-        return call.future.result()
-
-    def check_health(self) -> None:
-        group = self._group
-        if group.closed:
-            raise ExecutorShutdownError("check_health(): the executor was shut down")
-        if group.failure is None:
-            rank = group.dead_rank()
-            if rank is not None:
-                group.fail(rank, "its Ray actor process exited")
-        if group.failure is not None:
-            raise group.failure
-
-    def register_failure_callback(self, callback: Callable[[], None]) -> None:
-        if not callable(callback):
-            raise TypeError(f"register_failure_callback: {callback!r} is not callable")
-        self._group.add_callback(callback)
-
-    def shutdown(self) -> None:
-        self._finalizer()
-
-    def __enter__(self) -> RayExecutor:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
-
-    @property
-    def worker_pids(self) -> list[int | None]:
-        return list(self._group.pids)
+        super().__init__(config, lambda: _Group(config, address))

@@ -27,25 +27,19 @@ import shutil
 import tempfile
 import threading
 import time
-import weakref
-from collections.abc import Callable
 from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
-from typing import Any
 
 from harness.contract import (
     ExecutorConfig,
     ExecutorError,
     ExecutorShutdownError,
     RPCTimeoutError,
-    SerializationError,
     WorkerDiedError,
     WorkerInitError,
-    method_name,
 )
-from harness.executors._validate import validate_call
-from harness.executors._wire import dumps_call
-from harness.futures import FutureQueue, Reply
+from harness.executors._group import Failure, GroupExecutor
+from harness.futures import FutureQueue, PendingCall, Reply
 from harness.shm import RingReader, RingWriter
 from harness.worker import SHUTDOWN_CALL_ID, WorkerSpec, encode_request, worker_main
 
@@ -77,9 +71,7 @@ class _Group:
         self.worker_spin_s = worker_spin_s
         self.closed = False
         self._close_lock = threading.Lock()
-        self.callbacks: list[Callable[[], None]] = []
-        self._callbacks_lock = threading.Lock()
-        self.failure: WorkerDiedError | None = None
+        self.failure = Failure()
         self.processes: list[BaseProcess] = []
         self.pids: list[int | None] = []
         self.tmpdir = tempfile.mkdtemp(prefix="harness-mp-")
@@ -185,6 +177,36 @@ class _Group:
             except (BlockingIOError, BrokenPipeError):
                 pass  # a wake-up is already pending, or the worker is gone (its sentinel says so)
 
+    def send(self, call: PendingCall, body: bytes) -> None:
+        """Write one registered call into the request ring (under the queue lock)."""
+        queue, name, timeout = self.queue, call.method, call.timeout
+        before = self.ring.chunks_written
+
+        def wait_for_space() -> None:
+            if call.deadline is not None and time.monotonic() >= call.deadline:
+                raise _RingTimeout
+            queue.pump(_RING_FULL_WAIT_S)
+
+        try:
+            self.ring.write(encode_request(call.call_id, body), wait_for_space, self.wake)
+        except BaseException as exc:
+            if self.ring.chunks_written != before:
+                # Half a message sits in the ring (a timeout, Ctrl-C, a dead
+                # worker…): the next request would be read as its continuation.
+                error = ExecutorError(
+                    f"collective_rpc({name!r}) was interrupted half-way through sending a request "
+                    f"({type(exc).__name__}); the executor cannot be used any more"
+                )
+                queue.fail_all(error)
+                raise error from exc
+            queue.discard(call)
+            if isinstance(exc, _RingTimeout):
+                raise RPCTimeoutError(
+                    f"ranks {self.ring.lagging_readers()}: collective_rpc({name!r}) timed out "
+                    f"after {timeout:g} s waiting to send (workers not reading)"
+                ) from None
+            raise
+
     def _poll_replies(self) -> list[Reply]:
         replies = []
         for reader in self.reply_readers:
@@ -237,26 +259,13 @@ class _Group:
 
     def fail(self, rank: int) -> WorkerDiedError:
         """Record that ``rank`` died: fail every call, run the callbacks once."""
-        with self._callbacks_lock:
-            if self.failure is None:
-                proc = self.processes[rank]
-                proc.join(1)
-                self.failure = WorkerDiedError(rank, proc.pid, proc.exitcode)
-                callbacks, self.callbacks = self.callbacks, []
-            else:
-                callbacks = []
-            failure = self.failure
-        self.queue.fail_all(failure)
-        for callback in callbacks:
-            _run_callback(callback)
-        return failure
 
-    def add_callback(self, callback: Callable[[], None]) -> None:
-        with self._callbacks_lock:
-            if self.failure is None:
-                self.callbacks.append(callback)
-                return
-        _run_callback(callback)  # already failed: run it now, once
+        def died() -> WorkerDiedError:
+            proc = self.processes[rank]
+            proc.join(1)
+            return WorkerDiedError(rank, proc.pid, proc.exitcode)
+
+        return self.failure.record(died, self.queue)
 
     def _monitor(self) -> None:
         sel = selectors.DefaultSelector()
@@ -292,7 +301,7 @@ class _Group:
         os.write(self._stop_w, b"x")
         self.queue.fail_all(ExecutorShutdownError("executor was shut down"))
         live = [p for p in self.processes if p.exitcode is None]
-        if live and self.failure is None:
+        if live and self.failure.error is None:
             try:
                 if self.ring.has_space():
                     self.ring.write(encode_request(SHUTDOWN_CALL_ID, b""), _no_wait, self.wake)
@@ -338,16 +347,7 @@ def _join_all(procs: list[BaseProcess], timeout: float) -> None:
             proc.join(max(0.0, deadline - time.monotonic()))
 
 
-def _run_callback(callback: Callable[[], None]) -> None:
-    try:
-        callback()
-    except Exception:  # noqa: BLE001 - one bad callback must not stop the others
-        import traceback
-
-        traceback.print_exc()
-
-
-class MultiprocExecutor:
+class MultiprocExecutor(GroupExecutor):
     """The reference executor. See the module docstring for the data flow."""
 
     def __init__(
@@ -359,101 +359,7 @@ class MultiprocExecutor:
         spin_s: float = 0.001,
         worker_spin_s: float = 0.01,
     ) -> None:
-        if not isinstance(config, ExecutorConfig):
-            raise TypeError(f"MultiprocExecutor needs an ExecutorConfig, got {config!r}")
-        if config.world_size < 1:  # a config built around its own validation
-            raise ValueError(f"MultiprocExecutor: world_size must be >= 1, got {config.world_size!r}")
-        self.config = config
-        self.world_size = config.world_size
-        self._group = _Group(config, ring_slots, slot_size, spin_s, worker_spin_s)
-        self._finalizer = weakref.finalize(self, self._group.close)
-        try:
-            self._group.start()
-        except BaseException:
-            self._finalizer()
-            raise
-
-    def collective_rpc(
-        self,
-        method: str | Callable[..., Any],
-        timeout: float | None = None,
-        args: tuple[Any, ...] = (),
-        kwargs: dict[str, Any] | None = None,
-        non_block: bool = False,
-        unique_reply_rank: int | None = None,
-    ) -> Any:
-        group = self._group
-        name = method_name(method)
-        if group.closed:
-            raise ExecutorShutdownError(f"collective_rpc({name!r}): the executor was shut down")
-        args = validate_call(method, timeout, args, kwargs, unique_reply_rank, self.world_size)
-        if group.failure is not None:
-            raise group.failure
-        try:
-            body = dumps_call((method, args, kwargs, unique_reply_rank))
-        except Exception as exc:
-            raise SerializationError(f"collective_rpc({name!r}): the call could not be pickled: {exc}") from exc
-        queue = group.queue
-        with queue.lock:
-            call = queue.new_call(name, self.world_size, unique_reply_rank, timeout)
-            before = group.ring.chunks_written
-
-            def wait_for_space() -> None:
-                if call.deadline is not None and time.monotonic() >= call.deadline:
-                    raise _RingTimeout
-                queue.pump(_RING_FULL_WAIT_S)
-
-            try:
-                group.ring.write(encode_request(call.call_id, body), wait_for_space, group.wake)
-            except BaseException as exc:
-                if group.ring.chunks_written != before:
-                    # Half a message sits in the ring (a timeout, Ctrl-C, a dead
-                    # worker…): the next request would be read as its continuation.
-                    error = ExecutorError(
-                        f"collective_rpc({name!r}) was interrupted half-way through sending a request "
-                        f"({type(exc).__name__}); the executor cannot be used any more"
-                    )
-                    queue.fail_all(error)
-                    raise error from exc
-                queue.discard(call)
-                if isinstance(exc, _RingTimeout):
-                    raise RPCTimeoutError(
-                        f"ranks {group.ring.lagging_readers()}: collective_rpc({name!r}) timed out "
-                        f"after {timeout:g} s waiting to send (workers not reading)"
-                    ) from None
-                raise
-        if non_block:
-            return call.future
-        return call.future.result()
-
-    def check_health(self) -> None:
-        group = self._group
-        if group.closed:
-            raise ExecutorShutdownError("check_health(): the executor was shut down")
-        if group.failure is None:
-            rank = group.dead_rank()
-            if rank is not None:
-                group.fail(rank)
-        if group.failure is not None:
-            raise group.failure
-
-    def register_failure_callback(self, callback: Callable[[], None]) -> None:
-        if not callable(callback):
-            raise TypeError(f"register_failure_callback: {callback!r} is not callable")
-        self._group.add_callback(callback)
-
-    def shutdown(self) -> None:
-        self._finalizer()
-
-    def __enter__(self) -> MultiprocExecutor:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
-
-    @property
-    def worker_pids(self) -> list[int | None]:
-        return list(self._group.pids)
+        super().__init__(config, lambda: _Group(config, ring_slots, slot_size, spin_s, worker_spin_s))
 
 
 class _RingTimeout(Exception):
