@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import importlib.util
+import sys
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -31,6 +33,7 @@ __all__ = [
     "LoadedBackend",
     "available_backends",
     "load_backend",
+    "module_installed",
 ]
 
 ENTRY_POINT_GROUP = "harness.backends"
@@ -99,6 +102,14 @@ def _import_attr(spec: str, where: str) -> Any:
 
 def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
     return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def module_installed(name: str) -> bool:
+    """Whether ``name`` can be imported, found without importing it (an optional
+    dependency may read its settings when imported)."""
+    if name in sys.modules:
+        return sys.modules[name] is not None  # None: marked missing, as tests do
+    return importlib.util.find_spec(name) is not None
 
 
 def available_backends() -> list[str]:

@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
-import importlib.util
 import json
 import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
@@ -34,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from harness.backends import BUILTIN_BACKENDS, BackendUnavailableError, LoadedBackend, load_backend
+from harness.backends import BUILTIN_BACKENDS, BackendUnavailableError, LoadedBackend, load_backend, module_installed
 from harness.contract import CLAUSES, START_METHODS, Executor, ExecutorConfig
 from harness.report import ClauseMatrix, machine_settings
 
@@ -353,13 +351,6 @@ def gpu_count() -> int:
     return found
 
 
-def _missing(module: str) -> bool:
-    """True if ``module`` cannot be imported (found without importing it)."""
-    if module in sys.modules:
-        return sys.modules[module] is None
-    return importlib.util.find_spec(module) is None
-
-
 def _clauses(item: pytest.Item) -> list[str]:
     return [c for m in item.iter_markers("clause") for c in m.args]
 
@@ -368,7 +359,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Mark backend tests distributed; skip GPU tests on machines with too few GPUs,
     and Ray tests where Ray is not installed."""
     found: int | None = None
-    missing_ray = _missing("ray")
+    missing_ray = not module_installed("ray")
     for item in items:
         if missing_ray and item.get_closest_marker("ray") is not None:
             item.add_marker(

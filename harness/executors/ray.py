@@ -11,23 +11,15 @@ See ``_ray_executor`` for the data flow.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
-import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from harness.backends import module_installed
 from harness.contract import ExecutorConfig
 from harness.executors._ray_cluster import LocalCluster
 
-
-def _ray_installed() -> bool:
-    if "ray" in sys.modules:
-        return sys.modules["ray"] is not None
-    return importlib.util.find_spec("ray") is not None
-
-
-if not _ray_installed():
+if not module_installed("ray"):
     raise ImportError("No module named 'ray'", name="ray")
 
 if TYPE_CHECKING:
