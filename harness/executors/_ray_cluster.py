@@ -11,12 +11,19 @@ The keeper reports the cluster's address, then blocks on the death pipe. End of
 file, the caller having closed it (``stop()``) or died (any way, even SIGKILL),
 makes it stop the whole process group: SIGTERM, a short grace, then SIGKILL,
 and it removes the cluster's temporary folder. Nothing here imports Ray.
+
+The cluster keeps Ray's token authentication on, with a token of its own: the
+keeper generates it into the cluster's private temporary folder (mode 0600,
+removed with the cluster) and hands its path to ``ray start``; drivers get it
+through :meth:`LocalCluster.driver_env`. ``ray start`` creates no token, and the
+user's ``~/.ray/`` is neither read nor written (a fresh machine has none).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import selectors
 import shutil
 import signal
@@ -30,6 +37,11 @@ from dataclasses import dataclass
 __all__ = ["LocalCluster"]
 
 _START_S = 120.0
+_TOKEN_FILE = "auth_token"
+# Ray's settings for token authentication (read by ray start, drivers and workers).
+_AUTH_MODE = "RAY_AUTH_MODE"
+_TOKEN = "RAY_AUTH_TOKEN"
+_TOKEN_PATH = "RAY_AUTH_TOKEN_PATH"
 _GRACE_S = 1.0
 _STOP_S = 15.0
 
@@ -44,13 +56,32 @@ class LocalCluster:
     #: Ray's temporary folder for the cluster (``ray.init(_temp_dir=...)`` finds it there).
     temp_dir: str = ""
 
+    @property
+    def token_path(self) -> str:
+        """The file holding the cluster's authentication token (gone once it stops)."""
+        return os.path.join(self.temp_dir, _TOKEN_FILE)
+
+    def driver_env(self) -> dict[str, str]:
+        """The environment a driver needs to connect to this cluster: its address
+        and its token. ``RAY_AUTH_TOKEN`` is emptied because Ray prefers it to the
+        token file (and treats an empty one as unset)."""
+        return {
+            "RAY_ADDRESS": self.address,
+            _AUTH_MODE: "token",
+            _TOKEN_PATH: self.token_path,
+            _TOKEN: "",
+        }
+
     @classmethod
     def start(cls, num_cpus: int, num_gpus: int | None = None, timeout_s: float = _START_S) -> LocalCluster:
         """Start a cluster with ``num_cpus`` logical CPUs; its node on loopback."""
         death_r, death_w = os.pipe()
         cmd = [sys.executable, "-m", __name__, str(death_r), str(num_cpus), "" if num_gpus is None else str(num_gpus)]
         env = dict(os.environ)
-        env.setdefault("RAY_AUTH_MODE", "token")  # what ray.init() does for a local cluster
+        # Its own token (the keeper makes it), whatever the caller's environment names.
+        env[_AUTH_MODE] = "token"
+        env.pop(_TOKEN, None)
+        env.pop(_TOKEN_PATH, None)
         env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         # Stopping is this module's business: no 30 s drain on SIGTERM.
         env.setdefault("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "0")
@@ -128,9 +159,19 @@ def _stop_group() -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+def _write_token(path: str) -> None:
+    """A fresh token (256 random bits, as Ray's own generator makes), readable by
+    this user alone, named to this process's children: ``ray start`` and through
+    it every Ray process of the cluster."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as f:
+        f.write(secrets.token_hex(32))
+    os.environ[_TOKEN_PATH] = path
+
+
 def _keep(death_fd: int, num_cpus: str, num_gpus: str) -> None:
     # Short: Ray puts unix sockets under it, whose paths may not exceed 107 bytes.
-    temp_dir = tempfile.mkdtemp(prefix="hray-")
+    temp_dir = tempfile.mkdtemp(prefix="hray-")  # mode 0700: the token's folder
     log_path = os.path.join(temp_dir, "ray-start.log")
     port = _free_port()
     cmd = [
@@ -150,6 +191,7 @@ def _keep(death_fd: int, num_cpus: str, num_gpus: str) -> None:
     if num_gpus:
         cmd.append(f"--num-gpus={num_gpus}")
     try:
+        _write_token(os.path.join(temp_dir, _TOKEN_FILE))
         with open(log_path, "wb") as log:
             ray_start = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + _START_S

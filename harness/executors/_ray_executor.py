@@ -127,6 +127,7 @@ class _Runtime:
         self._users = 0
         self._ours = False  # whether ray.init was called here (and so ray.shutdown is ours too)
         self.cluster: LocalCluster | None = None  # the cluster started here, if any
+        self._saved_env: dict[str, str | None] = {}  # what the cluster's driver settings replaced
 
     def acquire(self, address: str | None, num_cpus: int) -> None:
         with self._lock:
@@ -135,8 +136,12 @@ class _Runtime:
                 try:
                     if address is None:
                         self.cluster = LocalCluster.start(num_cpus)
-                        # "auto" finds the cluster in its temporary folder and, as
-                        # for a cluster ray.init() starts, takes up its token auth.
+                        # This process drives the cluster with its token: Ray reads
+                        # the token from the environment (nothing in ~/.ray/).
+                        driver_env = self.cluster.driver_env()
+                        del driver_env["RAY_ADDRESS"]
+                        self._saved_env = _set_env(driver_env)
+                        _reload_auth()
                         ray.init(
                             address="auto",
                             _temp_dir=self.cluster.temp_dir,
@@ -146,11 +151,9 @@ class _Runtime:
                     else:
                         ray.init(address=address, log_to_driver=False, configure_logging=False)
                 except Exception as exc:
-                    if self.cluster is not None:
-                        self.cluster.stop()
-                        self.cluster = None
+                    self._disconnected()
                     where = f"the cluster at {address!r}" if address else "a local Ray cluster"
-                    raise WorkerInitError(f"ray: could not connect to {where}: {exc}") from exc
+                    raise WorkerInitError(f"ray: could not connect to {where}: {exc}{_token_hint(exc)}") from exc
                 self._ours = True
             self._users += 1
 
@@ -160,9 +163,61 @@ class _Runtime:
             if self._users == 0 and self._ours:
                 self._ours = False
                 ray.shutdown()
-                if self.cluster is not None:
-                    self.cluster.stop()
-                    self.cluster = None
+                self._disconnected()
+
+    def _disconnected(self) -> None:
+        """Put back the environment the local cluster's settings replaced, then stop it."""
+        if self._saved_env:
+            _set_env(self._saved_env)
+            self._saved_env = {}
+            _reload_auth()
+        if self.cluster is not None:
+            self.cluster.stop()
+            self.cluster = None
+
+
+def _set_env(values: Mapping[str, str | None]) -> dict[str, str | None]:
+    """Set (or, for ``None``, remove) variables; returns what they were."""
+    before = {key: os.environ.get(key) for key in values}
+    for key, value in values.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    return before
+
+
+def _reload_auth() -> None:
+    """Make this process's Ray read its authentication settings again (it caches
+    the mode and the token once read). Best effort: the hooks are Ray's internals."""
+    with contextlib.suppress(ImportError, AttributeError):
+        from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
+
+        # The config first: a token reloaded while the config still says token
+        # mode must find the file (Ray's own test helpers keep this order).
+        Config.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
+
+
+def _token_hint(exc: BaseException) -> str:
+    """How to give this process a cluster's token, when a missing one may be the
+    trouble: the error names authentication, or no token is configured at all
+    (a driver without one fails to connect, after Ray's retries, as if the
+    cluster were not there)."""
+    text = f"{type(exc).__name__} {exc}".lower()
+    named = any(word in text for word in ("authentication", "unauthenticated", "auth token"))
+    configured = (
+        os.environ.get("RAY_AUTH_TOKEN")
+        or os.environ.get("RAY_AUTH_TOKEN_PATH")
+        or os.path.exists(os.path.expanduser("~/.ray/auth_token"))
+    )
+    if not named and configured:
+        return ""
+    return (
+        " | if the cluster uses token authentication (Ray's default), give this process its token: "
+        "RAY_AUTH_TOKEN=<token>, or RAY_AUTH_TOKEN_PATH=<file holding it> (default ~/.ray/auth_token), "
+        "with RAY_AUTH_MODE=token; `ray get-auth-token` prints it on the cluster's head node"
+    )
 
 
 _RUNTIME = _Runtime()

@@ -46,7 +46,7 @@ SESSION_CLUSTER_ENV = "HARNESS_RAY_SESSION_CLUSTER"
 def local_cluster(num_cpus: int | None = None) -> Iterator[dict[str, str]]:
     """A single-node Ray cluster for the length of a run, its node on loopback,
     stopped at the end or when this process dies; yields the environment that
-    points executors at it.
+    points executors at it (its address and its own authentication token).
 
     Uses the cluster named by ``RAY_ADDRESS`` instead when one is set, and none
     at all (each executor then starts its own) when ``HARNESS_RAY_SESSION_CLUSTER=0``.
@@ -57,8 +57,8 @@ def local_cluster(num_cpus: int | None = None) -> Iterator[dict[str, str]]:
     cluster = LocalCluster.start(num_cpus if num_cpus is not None else max(16, 2 * (os.cpu_count() or 1)))
     try:
         # The test processes import Ray after this is set, so they take the
-        # cluster's authentication mode (Ray reads it when imported).
-        yield {"RAY_ADDRESS": cluster.address, "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "token")}
+        # cluster's authentication mode and token (Ray reads them when imported).
+        yield cluster.driver_env()
     finally:
         cluster.stop()
 

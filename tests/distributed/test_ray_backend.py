@@ -216,3 +216,67 @@ def test_a_result_the_caller_cannot_unpickle_fails_that_call_only(cluster: str) 
         with pytest.raises(RemoteCallError, match="could not be unpickled in the caller"):
             ex.collective_rpc(probes.result_the_caller_cannot_unpickle)
         assert ex.collective_rpc(probes.rank) == [0, 1]
+
+
+_FRESH_MACHINE_DRIVER = """
+import os, stat, subprocess, sys
+from harness import ExecutorConfig, WorkerInitError, probes
+from harness.executors.ray import create, local_cluster
+
+def in_child(code, env):
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=150)
+    assert done.returncode == 0, f"exit {done.returncode}: {done.stdout[-2000:]} {done.stderr[-3000:]}"
+    return done.stdout
+
+# 1. The run-wide session cluster: drivers connect with the environment it hands out.
+with local_cluster(num_cpus=4) as env:
+    token = env["RAY_AUTH_TOKEN_PATH"]
+    mode = stat.S_IMODE(os.stat(token).st_mode)
+    assert mode == 0o600, f"token file {token} has mode {mode:o}"
+    assert not token.startswith(os.environ["HOME"]), f"token {token} written under HOME"
+    out = in_child(
+        "from harness import ExecutorConfig, probes\\n"
+        "from harness.executors.ray import create\\n"
+        "with create(ExecutorConfig(2)) as ex: print(ex.collective_rpc(probes.rank))",
+        dict(os.environ, **env),
+    )
+    assert out.strip() == "[0, 1]", out
+    # Authentication is on: a driver without the token is refused, told how to give one.
+    no_token = dict(os.environ, RAY_ADDRESS=env["RAY_ADDRESS"], RAY_AUTH_MODE="token")
+    out = in_child(
+        "from harness import ExecutorConfig, WorkerInitError\\n"
+        "from harness.executors.ray import create\\n"
+        "try: create(ExecutorConfig(1, init_timeout_s=20))\\n"
+        "except WorkerInitError as e: print(e)\\n"
+        "else: print('CONNECTED')",
+        no_token,
+    )
+    assert "CONNECTED" not in out and "RAY_AUTH_TOKEN" in out, f"a driver without the token got: {out}"
+assert not os.path.exists(token), f"the token {token} outlived its cluster"
+
+# 2. An executor that starts its own cluster, in this process.
+with create(ExecutorConfig(2)) as ex:
+    assert ex.collective_rpc(probes.rank) == [0, 1]
+left = {k: v for k, v in os.environ.items() if k.startswith("RAY_AUTH")}
+assert not left, f"the executor left {left} in its caller's environment"
+print("FRESH-OK")
+"""
+
+
+def test_a_fresh_machine_needs_no_ray_state_in_home(tmp_path: Path) -> None:
+    """No ~/.ray/, no RAY_AUTH_* variables: both the run-wide session cluster and an
+    executor's own cluster make their own token, and HOME stays untouched."""
+    home = tmp_path / "home"
+    home.mkdir()
+    script = tmp_path / "driver.py"
+    script.write_text(_FRESH_MACHINE_DRIVER)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env.pop("HARNESS_RAY_SESSION_CLUSTER", None)
+    env.update(HOME=str(home), PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    done = subprocess.run(
+        [sys.executable, str(script)], check=False, env=env, capture_output=True, text=True, timeout=200
+    )
+    assert done.returncode == 0 and "FRESH-OK" in done.stdout, (
+        f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    )
+    assert not list(home.rglob("*auth_token*")), f"a token was written under HOME: {list(home.rglob('*'))}"
