@@ -1,14 +1,101 @@
-"""Assertion helpers for the suite: failures read "got X, expected Y [call]"."""
+"""Assertion helpers for the suite: failures read "got X, expected Y [call]".
+
+Also the suite's own outcomes other than pass and FAIL (SPEC.md, "Outcomes"),
+raised from inside a test: :func:`not_applicable` (nothing to check) and
+:func:`blocked_by` (a prerequisite clause fails, and is reported under its own
+id); and the suite's own watchdog, :func:`bounded`, so that no wait depends on
+a backend feature under test (``result(timeout=...)`` is C4's to check, not
+C5's) and a hang fails its clause within seconds, named.
+"""
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NoReturn, TypeVar
 
 import psutil
+import pytest
+
+T = TypeVar("T")
+
+#: Skip reasons that start with these are outcomes of their own in the report.
+NOT_APPLICABLE = "[not applicable]"
+BLOCKED_BY = "[blocked by "
+
+
+def not_applicable(reason: str) -> NoReturn:
+    """End the test as "not applicable": the backend has nothing this check could look at."""
+    __tracebackhide__ = True
+    pytest.skip(f"{NOT_APPLICABLE} {reason}")
+
+
+def blocked_by(clause: str, reason: str) -> NoReturn:
+    """End the test as "blocked by ``clause``": it cannot proceed because the
+    backend fails that clause (whose own tests report it)."""
+    __tracebackhide__ = True
+    pytest.skip(f"{BLOCKED_BY}{clause}] {reason}")
+
+
+def bounded(fn: Callable[[], T], seconds: float, what: str) -> T:
+    """``fn()``, run on a watchdog thread: its result, or its exception re-raised
+    here; fails the test if it has not returned within ``seconds``. The hung
+    thread is a daemon, left behind: the test process is the suite's own and ends."""
+    __tracebackhide__ = True
+    box: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            box.append((True, fn()))
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+            box.append((False, exc))
+
+    thread = threading.Thread(target=run, name=f"harness-watchdog: {what}"[:60], daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if not box:
+        raise AssertionError(f"{what} did not return within {seconds:g} s")
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return value  # type: ignore[no-any-return]
+
+
+def is_one_future(obj: Any) -> bool:
+    """Has the ``concurrent.futures.Future`` interface SPEC.md's C4 names."""
+    return all(callable(getattr(obj, name, None)) for name in ("result", "done", "exception", "add_done_callback"))
+
+
+def one_future(obj: Any, what: str) -> Any:
+    """``obj`` if it is one future; else the test is blocked by C4 (C4's own tests fail it)."""
+    __tracebackhide__ = True
+    if not is_one_future(obj):
+        blocked_by("C4", f"{what} returned {type(obj).__name__}, not one future")
+    return obj
+
+
+def result_of(future: Any, seconds: float, what: str) -> Any:
+    """The future's result, waited for by the suite's watchdog rather than by
+    ``result(timeout)`` (a C4 feature): only C4's own tests rely on that."""
+    __tracebackhide__ = True
+    return bounded(future.result, seconds, f"{what}: result()")
+
+
+def error_of(future: Any, seconds: float, what: str) -> BaseException | None:
+    """The future's exception (``None`` if it succeeded), waited for by the suite's watchdog."""
+    __tracebackhide__ = True
+
+    def outcome() -> BaseException | None:
+        try:
+            future.result()
+        except BaseException as exc:  # noqa: BLE001 - the outcome under test
+            return exc
+        return None
+
+    return bounded(outcome, seconds, f"{what}: the future's outcome")
 
 
 def expect_equal(got: Any, expected: Any, what: str) -> None:
