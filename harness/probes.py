@@ -122,25 +122,46 @@ def sleep_then_echo(worker: Any, seconds: float, value: Any) -> tuple[int, Any]:
     return int(worker.rank), value
 
 
+#: Per-process state of the probes that keep some. Module-level, not set on the
+#: worker object: SPEC.md promises a worker only ``rank``, and a worker may
+#: refuse new attributes. Keyed by rank as well, for backends whose ranks share
+#: a process (their calls run in the caller's).
+_COUNTS: dict[tuple[str, int], int] = {}
+
+
 def count_calls(worker: Any, key: str) -> int:
-    """Counts the calls this worker saw under ``key`` (state kept on the worker)."""
-    counts = getattr(worker, "_harness_counts", None)
-    if counts is None:
-        counts = {}
-        worker._harness_counts = counts
-    counts[key] = counts.get(key, 0) + 1
-    return int(counts[key])
+    """Counts the calls this rank saw under ``key`` (kept in this module, not on the worker)."""
+    k = (key, int(worker.rank))
+    _COUNTS[k] = _COUNTS.get(k, 0) + 1
+    return _COUNTS[k]
+
+
+def calls_counted(worker: Any, key: str) -> int:
+    """How many ``count_calls(key)`` this rank has run, without counting this one."""
+    return _COUNTS.get((key, int(worker.rank)), 0)
 
 
 #: The string method ``install_echo_method`` adds to a worker.
 ECHO_METHOD = "harness_echo"
 
 
-def install_echo_method(worker: Any) -> None:
-    """Gives the worker a method ``harness_echo``, so string methods can be tested on any worker."""
-    import functools
+def _echo_method(worker: Any, *args: Any, **kwargs: Any) -> tuple[int, tuple[Any, ...], dict[str, Any]]:
+    return echo(worker, *args, **kwargs)
 
-    setattr(worker, ECHO_METHOD, functools.partial(echo, worker))
+
+def install_echo_method(worker: Any) -> bool:
+    """Gives the worker's class a method ``harness_echo``, so string methods can be
+    tested on any worker. On the class, not the object: SPEC.md promises the
+    object only ``rank``, and it may refuse new attributes (``__slots__``).
+    Returns False where even the class refuses (an extension type)."""
+    cls = type(worker)
+    if getattr(cls, ECHO_METHOD, None) is _echo_method:
+        return True
+    try:
+        setattr(cls, ECHO_METHOD, _echo_method)
+    except (TypeError, AttributeError):
+        return False
+    return True
 
 
 def sleep_on_rank_then(worker: Any, rank: int, seconds: float, value: Any) -> Any:
@@ -180,3 +201,30 @@ class _LoadsBadly:
 def result_the_caller_cannot_unpickle(worker: Any) -> Any:
     """A result that pickles in the worker and fails to unpickle in the caller."""
     return _LoadsBadly()
+
+
+# ---- issue 9: clause sentences (C15, C24) ----------------------------------------
+
+
+def dist_backend(worker: Any) -> str:
+    """The backend of the default process group (``torch.distributed.get_backend()``)."""
+    import torch.distributed as dist
+
+    return str(dist.get_backend())
+
+
+#: Calls ``record_call`` saw, in the order this process ran them, per (key, rank).
+_RECORDED: dict[tuple[str, int], list[Any]] = {}
+
+
+def record_call(worker: Any, key: str, item: Any, seconds: float = 0.0) -> tuple[int, Any]:
+    """Notes ``item`` in this rank's log under ``key`` (after sleeping ``seconds``), returns (rank, item)."""
+    if seconds:
+        time.sleep(seconds)
+    _RECORDED.setdefault((key, int(worker.rank)), []).append(item)
+    return int(worker.rank), item
+
+
+def recorded_calls(worker: Any, key: str) -> list[Any]:
+    """This rank's log under ``key``: the items of its ``record_call`` calls, in the order it ran them."""
+    return list(_RECORDED.get((key, int(worker.rank)), []))

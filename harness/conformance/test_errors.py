@@ -10,7 +10,16 @@ from typing import Any
 import pytest
 
 from harness import ExecutorConfig, leaks, probes
-from harness.conformance._checks import expect_equal, token, within
+from harness.conformance._checks import bounded, error_of, expect_equal, one_future, result_of, token, within
+
+#: Errors that say a feature is missing, not the error a clause is about.
+_STUB_ERRORS = (NotImplementedError,)
+
+
+def _not_a_stub(exc: BaseException, what: str) -> None:
+    __tracebackhide__ = True
+    assert not isinstance(exc, _STUB_ERRORS), f"{what}: got {exc!r}, a missing feature, not the error the clause names"
+
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -20,6 +29,7 @@ def test_c6_worker_exception_fails_that_call_with_its_message(executor: Any, wor
     message = f"boom-{token()}"
     with pytest.raises(Exception) as info:
         executor.collective_rpc(probes.raise_on_rank, args=(world_size - 1, message))
+    _not_a_stub(info.value, "a worker exception")
     assert message in str(info.value), f"got {info.value!r}, expected the worker's message {message!r}"
     expect_equal(executor.collective_rpc(probes.rank), list(range(world_size)), "the call after the failure")
 
@@ -27,11 +37,12 @@ def test_c6_worker_exception_fails_that_call_with_its_message(executor: Any, wor
 @pytest.mark.clause("C6")
 def test_c6_non_block_worker_exception_fails_only_its_future(executor: Any, world_size: int) -> None:
     message = f"boom-{token()}"
-    bad = executor.collective_rpc(probes.raise_on_rank, args=(0, message), non_block=True)
-    good = executor.collective_rpc(probes.echo_value, args=("fine",), non_block=True)
-    exc = bad.exception(timeout=60)
+    bad = one_future(executor.collective_rpc(probes.raise_on_rank, args=(0, message), non_block=True), "non_block")
+    good = one_future(executor.collective_rpc(probes.echo_value, args=("fine",), non_block=True), "non_block")
+    exc = error_of(bad, 60, "the future of a call that raises on rank 0")
     assert exc is not None and message in str(exc), f"got {exc!r}, expected the worker's message {message!r}"
-    expect_equal(good.result(timeout=60), ["fine"] * world_size, "the future after the failed one")
+    _not_a_stub(exc, "a worker exception, through its future")
+    expect_equal(result_of(good, 60, "the future after the failed one"), ["fine"] * world_size, "the future after")
 
 
 @pytest.mark.clause("C7")
@@ -42,9 +53,10 @@ def test_c7_timeout_raises_in_time_and_no_late_reply_reaches_a_later_call(execut
         executor.collective_rpc(probes.sleep_on_rank_then, args=(world_size - 1, slow, "late"), timeout=t)
     took = time.monotonic() - start
     assert took <= t + 2, f"TimeoutError after {took:.1f} s, expected within {t + 2:g} s"
-    # Later calls either get their own result, or all fail with an error:
-    # never the late "late" reply of the timed-out call.
+    # Later calls either get their own result, or all fail with an error that
+    # says why: never the late "late" reply of the timed-out call.
     outcomes: list[tuple[str, str]] = []
+    errors: list[BaseException] = []
     deadline = time.monotonic() + slow + 10
     while time.monotonic() < deadline and len(outcomes) < 4:
         tag = token()
@@ -52,37 +64,54 @@ def test_c7_timeout_raises_in_time_and_no_late_reply_reaches_a_later_call(execut
             got = executor.collective_rpc(probes.echo_value, args=(tag,), timeout=slow + 10)
         except Exception as exc:  # noqa: BLE001 - the clause allows failing every later call
             outcomes.append(("error", repr(exc)))
+            errors.append(exc)
             continue
         expect_equal(got, [tag] * world_size, "a call after a timed-out call")
         outcomes.append(("ok", tag))
         time.sleep(0.5)
     kinds = {k for k, _ in outcomes}
     assert len(kinds) == 1, f"after a timeout, later calls must all work or all fail; got {outcomes}"
-    if kinds == {"error"}:
-        for _, text in outcomes:
-            assert text.strip(), "the error of a call after a timeout must say what is wrong"
+    for exc in errors:
+        _not_a_stub(exc, "a call after a timed-out call")
+        assert _says_why(exc), (
+            f"a call after a timed-out call failed with {exc!r}: an error whose message is empty "
+            "or only its class name does not say why"
+        )
+
+
+def _says_why(exc: BaseException) -> bool:
+    """The message is more than nothing or the bare class name."""
+    text = str(exc).strip().strip(".:").strip()
+    names = {type(exc).__name__, type(exc).__qualname__, f"{type(exc).__module__}.{type(exc).__qualname__}"}
+    return bool(text) and text not in names
 
 
 @pytest.mark.clause("C7")
 def test_c7_non_block_timeout_fails_the_future(executor: Any, world_size: int) -> None:
-    fut = executor.collective_rpc(probes.sleep_on_rank, args=(0, 4.0), timeout=1.0, non_block=True)
     start = time.monotonic()
-    with pytest.raises(TimeoutError):
-        fut.result(timeout=30)
+    fut = one_future(
+        executor.collective_rpc(probes.sleep_on_rank, args=(0, 4.0), timeout=1.0, non_block=True), "non_block=True"
+    )
+    # The suite's watchdog waits, not result(timeout) (C4's): C7 is judged alone.
+    exc = error_of(fut, 30, "collective_rpc(sleep_on_rank, timeout=1.0, non_block=True)")
     took = time.monotonic() - start
+    assert isinstance(exc, TimeoutError), (
+        f"the future of a call with timeout=1.0 ended with {exc!r}, expected TimeoutError"
+    )
     assert took <= 3.0, f"the future's TimeoutError came after {took:.1f} s, expected within 3 s"
 
 
 @pytest.mark.clause("C20")
 def test_c20_world_size_below_one_is_value_error(backend: Any, executor_config: ExecutorConfig) -> None:
-    with pytest.raises(ValueError, match="world_size"):
+    # SPEC.md asks for a ValueError, not for any wording: a backend may name its own parameter.
+    with pytest.raises(ValueError):
         ExecutorConfig(world_size=0)
     # The backend itself must refuse it too, not rely on the config's own check.
     cfg = dataclasses.replace(executor_config)
     object.__setattr__(cfg, "world_size", 0)
     before = leaks.baseline()
-    with pytest.raises(ValueError, match="world_size"):
-        backend.factory(cfg)
+    with pytest.raises(ValueError):
+        bounded(lambda: backend.factory(cfg), 60, "constructing an executor with world_size=0")
     problems = leaks.wait_clean(before, timeout=10)
     assert not problems, "after refusing world_size=0: " + "; ".join(problems)
 
@@ -92,6 +121,7 @@ def test_c20_unknown_method_name_is_named_in_the_error(executor: Any, world_size
     name = f"no_such_method_{token()}"
     with pytest.raises(Exception) as info:
         executor.collective_rpc(name)
+    _not_a_stub(info.value, "an unknown method name")
     assert name in str(info.value), f"got {info.value!r}, expected an error naming {name!r}"
     expect_equal(executor.collective_rpc(probes.rank), list(range(world_size)), "the call after")
 
@@ -101,6 +131,7 @@ def test_c20_unpicklable_argument_raises_at_the_call_in_the_caller(executor: Any
     # non_block=True: the error must come from collective_rpc itself, not through a future.
     with within(30, "rejecting an unpicklable argument"), pytest.raises(Exception) as info:
         executor.collective_rpc(probes.echo, args=(threading.Lock(),), non_block=True)
+    _not_a_stub(info.value, "an unpicklable argument")
     assert "lock" in str(info.value).lower() or "pickl" in str(info.value).lower(), (
         f"got {info.value!r}, expected an error about the unpicklable argument"
     )
@@ -112,4 +143,5 @@ def test_c20_unpicklable_result_is_an_error_and_the_executor_stays_usable(execut
     with within(60, "an unpicklable result"), pytest.raises(Exception) as info:
         executor.collective_rpc(probes.unpicklable_result, timeout=60)
     assert not isinstance(info.value, TimeoutError), f"got {info.value!r}, expected an error, not a timeout"
+    _not_a_stub(info.value, "an unpicklable result")
     expect_equal(executor.collective_rpc(probes.rank), list(range(world_size)), "the call after")

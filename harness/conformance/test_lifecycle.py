@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
 import os
@@ -13,7 +14,16 @@ import psutil
 import pytest
 
 from harness import ExecutorConfig, leaks, probes
-from harness.conformance._checks import expect_equal, process_gone, process_reaped, wait_until, within
+from harness.conformance._checks import (
+    bounded,
+    expect_equal,
+    one_future,
+    process_gone,
+    process_reaped,
+    result_of,
+    wait_until,
+    within,
+)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -160,9 +170,9 @@ def test_c18_two_executors_at_once_are_independent(backend: Any, executor_config
     try:
         pa, pb = _remote_pids(a), _remote_pids(b)
         assert not set(pa) & set(pb), f"the executors share worker processes {set(pa) & set(pb)}"
-        fa = a.collective_rpc(probes.sleep_then_echo, args=(0.2, "a"), non_block=True)
+        fa = one_future(a.collective_rpc(probes.sleep_then_echo, args=(0.2, "a"), non_block=True), "non_block=True")
         expect_equal(b.collective_rpc(probes.echo_value, args=("b",)), ["b"] * n, "executor b while a is busy")
-        expect_equal(fa.result(timeout=60), [(r, "a") for r in range(n)], "executor a")
+        expect_equal(result_of(fa, 60, "executor a's future"), [(r, "a") for r in range(n)], "executor a")
         a.shutdown()
         expect_equal(b.collective_rpc(probes.collectives), a_collectives(n), "executor b after a shut down")
     finally:
@@ -180,7 +190,7 @@ def a_collectives(n: int) -> list[dict[str, Any]]:
 @pytest.mark.clause("C19")
 def test_c19_idle_executor_burns_no_caller_cpu(executor: Any) -> None:
     executor.collective_rpc(probes.rank)
-    executor.collective_rpc(probes.rank, non_block=True).result(timeout=60)
+    result_of(one_future(executor.collective_rpc(probes.rank, non_block=True), "non_block=True"), 60, "a future")
     time.sleep(0.5)  # let any post-call activity settle
     me = psutil.Process()
     c0, t0 = sum(me.cpu_times()[:2]), time.monotonic()
@@ -190,6 +200,25 @@ def test_c19_idle_executor_burns_no_caller_cpu(executor: Any) -> None:
     assert share < 0.10, f"the idle caller used {100 * share:.1f} % of a core over {elapsed:.1f} s, expected < 10 %"
 
 
+def _injected_failure(rank: int) -> str:
+    """What a built-in worker raises when ``HARNESS_FAIL_WORKER_INIT=<rank>`` is set
+    (``harness.worker.init_distributed``): the message the construction error must carry."""
+    return f"rank {rank}: start-up failure injected by {FAIL_INIT_ENV}={rank}"
+
+
+def _messages(exc: BaseException) -> str:
+    """The text of an error and of the errors it was raised from (or during)."""
+    parts: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        parts.append(str(current))
+        parts += [str(note) for note in getattr(current, "__notes__", ())]
+        current = current.__cause__ or current.__context__
+    return "\n".join(parts)
+
+
 @pytest.mark.clause("C22")
 @pytest.mark.parametrize("which", ["first", "last"])
 def test_c22_a_worker_failing_to_start_fails_construction_cleanly(
@@ -197,23 +226,44 @@ def test_c22_a_worker_failing_to_start_fails_construction_cleanly(
 ) -> None:
     rank = 0 if which == "first" else world_size - 1
     init_timeout = 60.0
-    env = {**executor_config.env, FAIL_INIT_ENV: str(rank)}
     cfg = ExecutorConfig(
         world_size,
         executor_config.device,
         executor_config.dist_backend,
         executor_config.start_method,
-        env,
+        dict(executor_config.env),
         init_timeout,
     )
+    # The same config without the injection starts: else a backend that refuses
+    # any start (or refuses the variable itself) would pass for a clean failure.
+    ex = bounded(lambda: backend.factory(cfg), init_timeout + 5, "construction without the injection")
+    try:
+        expect_equal(ex.collective_rpc(probes.rank), list(range(world_size)), "a call, without the injection")
+    finally:
+        bounded(ex.shutdown, 30, "shutdown() of the executor started without the injection")
+    injected = dataclasses.replace(cfg, env={**cfg.env, FAIL_INIT_ENV: str(rank)})
     monkeypatch.setenv(FAIL_INIT_ENV, str(rank))
+    gc.collect()
     before = leaks.baseline()
     start = time.monotonic()
-    with pytest.raises(Exception) as info:
-        backend.factory(cfg)
+
+    def construct() -> BaseException | None:
+        try:
+            ex = backend.factory(injected)
+        except Exception as exc:  # noqa: BLE001 - the outcome under test
+            return exc
+        ex.shutdown()
+        return None
+
+    error = bounded(construct, init_timeout + 10, f"construction with {FAIL_INIT_ENV}={rank}")
     took = time.monotonic() - start
+    assert error is not None, f"construction with {FAIL_INIT_ENV}={rank} succeeded, expected it to raise"
     assert took <= init_timeout + 5, f"construction failed after {took:.1f} s, expected within init_timeout_s"
-    assert not isinstance(info.value, TimeoutError) or took < init_timeout, f"got {info.value!r}"
+    assert not isinstance(error, NotImplementedError), f"got {error!r}, a missing feature, not a start-up failure"
+    expected = _injected_failure(rank)
+    assert expected in _messages(error), (
+        f"construction raised {error!r}, expected an error carrying the failing worker's message {expected!r}"
+    )
     gc.collect()
     problems = leaks.wait_clean(before, timeout=10, fd_slack=None)
     assert not problems, f"after a failed start (rank {rank}): " + "; ".join(problems)

@@ -37,6 +37,19 @@ def test_c15_collectives_are_correct(executor: Any, world_size: int, executor_co
     expect_equal(got, [expected_collectives(world_size)] * world_size, "all_reduce/all_gather/broadcast/barrier")
 
 
+@pytest.mark.clause("C15")
+def test_c15_the_process_group_runs_on_the_configs_dist_backend(
+    executor: Any, world_size: int, executor_config: Any
+) -> None:
+    got = executor.collective_rpc(probes.dist_backend)
+    for rank, name in enumerate(got):
+        expect_equal(
+            str(name).lower(),
+            executor_config.dist_backend.lower(),
+            f"rank {rank}: torch.distributed.get_backend(), config.dist_backend={executor_config.dist_backend!r}",
+        )
+
+
 @pytest.mark.clause("C16")
 @pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
 def test_c16_tensor_parallel_model_matches_the_dense_one(
