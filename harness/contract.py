@@ -58,6 +58,7 @@ CLAUSES: Mapping[str, str] = MappingProxyType(
         "C21": "add_done_callback runs with the completed future",
         "C22": "start-up failure raises in time and leaves nothing (init_failure_injection)",
         "C23": "nothing listens beyond loopback; shared memory is mode 0600",
+        "C24": "concurrent callers each get their own results, in order (concurrent_callers)",
     }
 )
 
