@@ -71,10 +71,10 @@ def test_c7_timeout_raises_in_time_and_no_late_reply_reaches_a_later_call(execut
         time.sleep(0.5)
     kinds = {k for k, _ in outcomes}
     assert len(kinds) == 1, f"after a timeout, later calls must all work or all fail; got {outcomes}"
-    for exc in errors:
-        _not_a_stub(exc, "a call after a timed-out call")
-        assert _says_why(exc), (
-            f"a call after a timed-out call failed with {exc!r}: an error whose message is empty "
+    for error in errors:
+        _not_a_stub(error, "a call after a timed-out call")
+        assert _says_why(error), (
+            f"a call after a timed-out call failed with {error!r}: an error whose message is empty "
             "or only its class name does not say why"
         )
 

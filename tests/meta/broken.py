@@ -446,3 +446,348 @@ class NoParentWatch:
 
 
 no_parent_watch = NoParentWatch
+
+
+# ---- issue 9, clause sentences: results, futures, errors, bad input (C2, C4, C7, C15, C20-C22, C24) ----
+# Some of these are conformant but unusual (marked "conformant"): the suite must pass them.
+
+from harness.worker import Worker as _Worker  # noqa: E402 - this block's own import, kept with it
+
+
+class _FutureProxy:
+    """The executor's own future behind a facade; subclasses change one behaviour."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def result(self, timeout: Any = None) -> Any:
+        return self.inner.result(timeout)
+
+    def exception(self, timeout: Any = None) -> Any:
+        return self.inner.exception(timeout)
+
+    def done(self) -> bool:
+        return bool(self.inner.done())
+
+    def cancel(self) -> bool:
+        return bool(self.inner.cancel())
+
+    def cancelled(self) -> bool:
+        return bool(self.inner.cancelled())
+
+    def running(self) -> bool:
+        return bool(self.inner.running())
+
+    def add_done_callback(self, fn: Any) -> None:
+        self.inner.add_done_callback(lambda _inner: fn(self))
+
+
+class _ProxiedFutures(_Wrapper):
+    proxy: type[_FutureProxy] = _FutureProxy
+
+    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
+        out = super().collective_rpc(*a, **kw)
+        return self.proxy(out) if kw.get("non_block") else out
+
+
+class _NoTimeoutFuture(_FutureProxy):
+    def result(self, timeout: Any = None) -> Any:
+        if timeout is not None:
+            raise TypeError("result() takes no timeout here")
+        return self.inner.result()
+
+    def exception(self, timeout: Any = None) -> Any:
+        if timeout is not None:
+            raise TypeError("exception() takes no timeout here")
+        return self.inner.exception()
+
+
+class RejectsResultTimeout(_ProxiedFutures):
+    """C4 alone: the future's result(timeout)/exception(timeout) raise TypeError
+    (a third-party future without the timeout parameter). Every other clause holds."""
+
+    proxy = _NoTimeoutFuture
+
+
+class _NoneOnTimeoutFuture(_FutureProxy):
+    def result(self, timeout: Any = None) -> Any:
+        try:
+            return self.inner.result(timeout)
+        except TimeoutError:
+            return None
+
+    def exception(self, timeout: Any = None) -> Any:
+        try:
+            return self.inner.exception(timeout)
+        except TimeoutError:
+            return None
+
+
+class TimeoutReturnsNone(_ProxiedFutures):
+    """C4: result(timeout)/exception(timeout) on a pending future return None instead of raising."""
+
+    proxy = _NoneOnTimeoutFuture
+
+
+class _SlowTimeoutFuture(_FutureProxy):
+    def result(self, timeout: Any = None) -> Any:
+        return self.inner.result(None if timeout is None else timeout * 5)
+
+    def exception(self, timeout: Any = None) -> Any:
+        return self.inner.exception(None if timeout is None else timeout * 5)
+
+
+class TimeoutWaitsTooLong(_ProxiedFutures):
+    """C4: a wait with a timeout lasts five times the timeout."""
+
+    proxy = _SlowTimeoutFuture
+
+
+class _LostOnTimeoutFuture(_FutureProxy):
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self._lost = threading.Event()
+
+    def _wait(self, name: str, timeout: Any) -> Any:
+        if self._lost.is_set():
+            if timeout is None:
+                threading.Event().wait()  # the call was given up: nothing will complete it
+            threading.Event().wait(timeout)
+            raise TimeoutError
+        try:
+            return getattr(self.inner, name)(timeout)
+        except TimeoutError:
+            self._lost.set()
+            raise
+
+    def result(self, timeout: Any = None) -> Any:
+        return self._wait("result", timeout)
+
+    def exception(self, timeout: Any = None) -> Any:
+        return self._wait("exception", timeout)
+
+    def done(self) -> bool:
+        return not self._lost.is_set() and bool(self.inner.done())
+
+
+class TimeoutLosesTheFuture(_ProxiedFutures):
+    """C4: once a wait with a timeout timed out, the future never completes."""
+
+    proxy = _LostOnTimeoutFuture
+
+
+class _PendingForeverFuture(_FutureProxy):
+    def result(self, timeout: Any = None) -> Any:
+        threading.Event().wait(timeout)
+        raise TimeoutError
+
+    def exception(self, timeout: Any = None) -> Any:
+        return self.result(timeout)
+
+    def done(self) -> bool:
+        return False
+
+    def add_done_callback(self, fn: Any) -> None:
+        pass
+
+
+class NeverCompletes(_ProxiedFutures):
+    """C21 (and C5): a non-blocking call's future never completes; the suite must
+    fail it within its own bounds, not wait out the harness timeout."""
+
+    proxy = _PendingForeverFuture
+
+
+class _DeafFuture(_FutureProxy):
+    def add_done_callback(self, fn: Any) -> None:
+        pass
+
+
+class CallbacksNeverRun(_ProxiedFutures):
+    """C21: done-callbacks are accepted and never run."""
+
+    proxy = _DeafFuture
+
+
+def _only_on(worker: Any, rank: int, method: Any, args: Any, kwargs: Any) -> Any:
+    import functools
+
+    if worker.rank != rank:
+        return None
+    fn = getattr(worker, method) if isinstance(method, str) else functools.partial(method, worker)
+    return fn(*args, **(kwargs or {}))
+
+
+class NarrowedToOneRank(_Wrapper):
+    """C2: a unique_reply_rank=r call runs on rank r only."""
+
+    def collective_rpc(
+        self,
+        method: Any,
+        timeout: Any = None,
+        args: Any = (),
+        kwargs: Any = None,
+        non_block: bool = False,
+        unique_reply_rank: Any = None,
+    ) -> Any:
+        if isinstance(unique_reply_rank, int) and 0 <= unique_reply_rank < self.world_size:
+            args, method, kwargs = (unique_reply_rank, method, args, kwargs), _only_on, None
+        return self.inner.collective_rpc(method, timeout, args, kwargs, non_block, unique_reply_rank)
+
+
+class SilentAfterTimeout(_Wrapper):
+    """C7: after a timeout every later call fails, with an error that says nothing."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        self._timed_out = False
+
+    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
+        if self._timed_out:
+            raise RuntimeError()
+        try:
+            return super().collective_rpc(*a, **kw)
+        except TimeoutError:
+            self._timed_out = True
+            raise
+
+
+_RENAMED_GLOO = "harness_gloo"
+
+
+def _join_renamed_gloo(worker: Any, store_dir: str, world_size: int) -> None:
+    import torch.distributed as dist
+
+    def make(store: Any, rank: int, size: int, timeout: Any) -> Any:
+        return dist.ProcessGroupGloo(store, rank, size, timeout)
+
+    if not hasattr(dist.Backend, _RENAMED_GLOO.upper()):
+        dist.Backend.register_backend(_RENAMED_GLOO, make, devices=["cpu"])
+    dist.destroy_process_group()
+    dist.init_process_group(
+        _RENAMED_GLOO, init_method=f"file://{store_dir}/store", rank=worker.rank, world_size=world_size
+    )
+
+
+class RenamedGloo(_Wrapper):
+    """C15: the group runs on a backend of its own (gloo under another name), not config.dist_backend:
+    on CPU the honest stand-in for a backend that always uses gloo, whatever the config says."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        import tempfile
+
+        super().__init__(config)
+        self._tmp = tempfile.TemporaryDirectory()
+        self.inner.collective_rpc(_join_renamed_gloo, args=(self._tmp.name, config.world_size))
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        self._tmp.cleanup()
+
+
+def names_its_own_parameter(config: ExecutorConfig) -> _Wrapper:
+    """Conformant (C20): a world size below one is a ValueError worded in the backend's own terms."""
+    n = config.world_size
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    return _Wrapper(config)
+
+
+class ThreadCompletedFutures(_Wrapper):
+    """Conformant (C21): futures complete on a thread of the executor's, in order,
+    and their callbacks run there, a little after the call's replies are in."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        import queue
+
+        super().__init__(config)
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._completer = threading.Thread(target=self._complete, name="completer", daemon=True)
+        self._completer.start()
+
+    def _complete(self) -> None:
+        import time
+
+        while (job := self._jobs.get()) is not None:
+            inner, outer = job
+            try:
+                value = inner.result()
+            except BaseException as exc:  # noqa: BLE001 - the call's outcome
+                time.sleep(0.05)
+                outer.set_exception(exc)
+            else:
+                time.sleep(0.05)
+                outer.set_result(value)
+
+    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
+        out = super().collective_rpc(*a, **kw)
+        if not kw.get("non_block"):
+            return out
+        outer: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._jobs.put((out, outer))
+        return outer
+
+    def shutdown(self) -> None:
+        super().shutdown()  # fails any pending call: the completer is not left waiting
+        self._jobs.put(None)
+        self._completer.join(30)
+
+
+def refuses_injection_early(config: ExecutorConfig) -> _Wrapper:
+    """C22: raises as soon as it sees the injection variable, without starting a worker."""
+    value = config.env.get("HARNESS_FAIL_WORKER_INIT")
+    if value is not None:
+        raise RuntimeError(f"HARNESS_FAIL_WORKER_INIT={value}: refusing to start")
+    return _Wrapper(config)
+
+
+class SharedReplySlot(_Wrapper):
+    """C24: a blocking call's result passes through one slot shared by every caller,
+    unlocked: concurrent callers take each other's results."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        self._slot: Any = None
+
+    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
+        import time
+
+        out = super().collective_rpc(*a, **kw)
+        if kw.get("non_block"):
+            return out
+        self._slot = out
+        time.sleep(0.002)
+        return self._slot
+
+
+def _freeze(worker: Any) -> None:
+    worker.__class__ = _FrozenWorker
+
+
+class _FrozenWorker(_Worker):
+    """A worker object that refuses new attributes: SPEC.md promises only ``rank``."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} takes no new attributes (tried {name!r})")
+
+
+class FrozenWorkers(_Wrapper):
+    """Conformant (C2, C3): worker objects refuse new attributes; probes must keep their state elsewhere."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        self.inner.collective_rpc(_freeze)
+
+
+rejects_result_timeout = RejectsResultTimeout
+timeout_returns_none = TimeoutReturnsNone
+timeout_waits_too_long = TimeoutWaitsTooLong
+timeout_loses_the_future = TimeoutLosesTheFuture
+never_completes = NeverCompletes
+callbacks_never_run = CallbacksNeverRun
+narrowed_to_one_rank = NarrowedToOneRank
+silent_after_timeout = SilentAfterTimeout
+renamed_gloo = RenamedGloo
+thread_completed_futures = ThreadCompletedFutures
+shared_reply_slot = SharedReplySlot
+frozen_workers = FrozenWorkers
