@@ -201,7 +201,11 @@ def test_c5_blocking_calls_take_nothing_from_pending_futures(executor: Any, worl
         executor.collective_rpc(probes.sleep_then_echo, args=(0.3, "pending"), non_block=True), "non_block=True"
     )
     expect_equal(
-        executor.collective_rpc(probes.echo_value, args=("blocking",)),
+        bounded(
+            lambda: executor.collective_rpc(probes.echo_value, args=("blocking",)),
+            _WAIT_S,
+            "a blocking call while a future is pending",
+        ),
         ["blocking"] * world_size,
         "blocking call issued while a future was pending",
     )
@@ -271,8 +275,8 @@ def test_c21_done_callback_runs_when_a_later_call_completes_it(executor: Any) ->
     callback = _Callbacks()
     fut = one_future(executor.collective_rpc(probes.sleep, args=(0.1,), non_block=True), "non_block=True")
     fut.add_done_callback(callback)
-    executor.collective_rpc(probes.rank)
-    executor.collective_rpc(probes.rank)
+    for _ in range(2):
+        bounded(lambda: executor.collective_rpc(probes.rank), _WAIT_S, "a blocking call after a pending one")
     # The blocking calls completed the earlier future (C5): its callback runs
     # though nobody asked for the future's result.
     seen = callback.wait(1, _CALLBACK_S)
