@@ -231,6 +231,7 @@ def test_a_keeper_told_to_stop_stops_its_cluster_first() -> None:
         assert wait_until(lambda: all(process_gone(p) for p in members), 15), (
             f"cluster processes {[p for p in members if not process_gone(p)]} outlived their keeper's SIGTERM"
         )
+        cluster.keeper.wait(15)  # it removes the folder last
         assert not os.path.exists(cluster.temp_dir), f"the cluster's folder {cluster.temp_dir} was left behind"
     finally:
         cluster.stop()
