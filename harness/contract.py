@@ -15,6 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 __all__ = [
     "CLAUSES",
     "DEVICES",
+    "SPEC_VERSION",
     "START_METHODS",
     "Backend",
     "Executor",
@@ -27,6 +28,9 @@ __all__ = [
     "WorkerDiedError",
     "WorkerInitError",
 ]
+
+#: The version of the contract (docs/SPEC.md) this suite checks: its date of change.
+SPEC_VERSION = "2026-11-30"
 
 DEVICES = ("cpu", "cuda")
 START_METHODS = ("spawn", "fork")
