@@ -81,11 +81,20 @@ def _children() -> set[int]:
     return {child.pid for child in psutil.Process().children(recursive=True)}
 
 
+#: The name prefix of the suite's own watchdog threads (``harness.conformance._checks.bounded``):
+#: one left waiting on a hung backend call is the suite's, not a thread the backend leaked.
+SUITE_THREAD_PREFIX = "harness-watchdog"
+
+
 def snapshot() -> Snapshot:
     proc = psutil.Process()
     return Snapshot(
         children=_children(),
-        threads={t.ident for t in threading.enumerate() if t.ident is not None},
+        threads={
+            t.ident
+            for t in threading.enumerate()
+            if t.ident is not None and not t.name.startswith(SUITE_THREAD_PREFIX)
+        },
         shm=shm_segments(),
         listening=set(listening_sockets()),
         fds=proc.num_fds() if hasattr(proc, "num_fds") else 0,
