@@ -131,11 +131,13 @@ def _verdicts(report: dict[str, object], clause: str) -> dict[str, str]:
 def test_the_suite_passes_a_conformant_but_unusual_backend(
     factory: str, clauses: tuple[str, ...], k: str, tmp_path: Path
 ) -> None:
-    code, report = conform(f"tests.meta.broken:{factory}", k, tmp_path)
+    _, report = conform(f"tests.meta.broken:{factory}", k, tmp_path)
     for clause in clauses:
         verdicts = _verdicts(report, clause)
         assert verdicts and set(verdicts.values()) == {"pass"}, f"{clause}: {verdicts} for {factory}, expected pass"
-    assert code == 0, f"conform exited {code} for {factory}; failed: {report['failed']}"
+    # Not the exit code: a -k run that leaves a clause's other tests out reads
+    # "not run" for it, and a run with every cell "not run" exits non-zero.
+    assert not report["failed"], f"conform failed {report['failed']} for {factory}"
 
 
 @pytest.mark.timeout(900)
