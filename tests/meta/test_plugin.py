@@ -56,6 +56,8 @@ def test_a_hung_test_is_killed_with_its_workers_reported_and_the_run_goes_on(
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*test_hangs*timed out after 20 s*killed with its process group*"])
     result.stdout.fnmatch_lines(["*Stacks at the timeout*"])
+    # The hang is in the workers: their stacks are there too, down to the probe they run.
+    result.stdout.fnmatch_lines(["*harness/probes.py*in sleep*"])
     result.stdout.fnmatch_lines(["C1*FAIL*"])
     time.sleep(0.5)
     left = _tagged(tag)
