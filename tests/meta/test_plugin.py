@@ -168,7 +168,7 @@ def test_ray_marked_tests_skip_with_the_install_command_where_ray_is_missing(pyt
     pytester.makeconftest("import sys\nsys.modules['ray'] = None\n")
     result = pytester.runpytest_subprocess("--backend", "mp", "-rs", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, skipped=1)
-    result.stdout.fnmatch_lines(["*ray is not installed; install it with: pip install 'harness?ray?'*"])
+    result.stdout.fnmatch_lines(["*ray is not installed; install it with: pip install 'executor-harness?ray?'*"])
 
 
 def test_backend_world_sizes_from_the_ini_apply_unless_world_sizes_are_given(pytester: pytest.Pytester) -> None:
