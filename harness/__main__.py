@@ -16,43 +16,61 @@ def _version() -> str:
     return f"harness {__version__} ({DISTRIBUTION}), spec {SPEC_VERSION}"
 
 
-def _conform(args: argparse.Namespace) -> int:
+def _conform(args: argparse.Namespace, pytest_args: list[str]) -> int:
+    """Run the portable suite in a fresh pytest, whatever the current folder holds."""
+    import os
     import subprocess
 
+    import harness.conformance as suite
+
+    here = os.path.dirname(os.path.abspath(suite.__file__))
     # A fresh interpreter: this one has imported harness already, which pytest
     # would rather rewrite on import (and the suite's own isolation forks it).
+    # No configuration but ours: -c names an empty one (the current folder's
+    # addopts or filterwarnings are for its own tests, not the suite), and the
+    # suite's folder is the root and the one path given, so no conftest outside
+    # it is loaded.
     argv = [
         sys.executable,
         "-m",
         "pytest",
-        "--pyargs",
-        "harness.conformance",
+        here,
+        "-c",
+        os.devnull,
+        "--rootdir",
+        here,
+        "--confcutdir",
+        here,
         "-p",
         "no:cacheprovider",
-        "-q",
-        "--backend",
+        "--harness-backend",
         args.backend,
     ]
     passed_on = {
-        "world_size": "--world-size",
-        "start_method": "--start-method",
-        "declare": "--declare",
-        "report_json": "--report-json",
-        "report_md": "--report-md",
+        "world_size": "--harness-world-size",
+        "start_method": "--harness-start-method",
+        "clause": "--harness-clause",
+        "declare": "--harness-declare",
+        "report_json": "--harness-report-json",
+        "report_md": "--harness-report-md",
         "timeout": "--harness-timeout",
+        "require_gpus": "--harness-require-gpus",
         "k": "-k",
     }
     for attr, flag in passed_on.items():
         value = getattr(args, attr)
         if value:
-            argv += [flag, value]
+            argv += [flag, str(value)]
     if not args.world_size:
         # Its documented default, whatever ini the current folder has (a project
         # may narrow a backend's world sizes for its own CI).
-        import os
-
-        argv += ["--world-size", os.environ.get("HARNESS_WORLD_SIZE") or "1,2,4"]
-    return subprocess.call(argv)
+        argv += ["--harness-world-size", os.environ.get("HARNESS_WORLD_SIZE") or "1,2,4"]
+    extra = [a for a in pytest_args if a != "--"]
+    if not any(a in ("-q", "--quiet", "-v", "--verbose") or a.startswith(("-q", "-v")) for a in extra):
+        # Each test named as it starts: a long run shows where it is (and the
+        # plugin names a test still running every 30 s).
+        argv.append("-v")
+    return subprocess.call(argv + extra)
 
 
 def _positive_int(text: str) -> int:
@@ -73,9 +91,7 @@ def _world_sizes(text: str) -> list[int]:
         try:
             sizes.append(_positive_int(part.strip()))
         except argparse.ArgumentTypeError:
-            raise argparse.ArgumentTypeError(
-                f"expected comma-separated integers >= 1, got {text!r}"
-            ) from None
+            raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1, got {text!r}") from None
     return sizes
 
 
@@ -123,13 +139,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     conform = sub.add_parser("conform", help="run the conformance suite against a backend and print the matrix")
     conform.add_argument("--backend", required=True, help="built-in name(s), 'module:attr', or entry point(s)")
     conform.add_argument("--world-size", help="comma-separated world sizes (default: HARNESS_WORLD_SIZE, else 1,2,4)")
-    conform.add_argument("--start-method", help="comma-separated start methods (default spawn,fork)")
+    conform.add_argument("--start-method", help="comma-separated start methods (default: all a backend supports)")
+    conform.add_argument("--clause", help="only these clauses, by exact id, e.g. C1,C4")
     conform.add_argument("--declare", help="clauses to treat as declared unsupported, e.g. C12,C22")
+    conform.add_argument("--require-gpus", help="fail, not skip, GPU tests needing at most N GPUs when fewer exist")
     conform.add_argument("--report-json", help="write the matrix as JSON to this path")
     conform.add_argument("--report-md", help="write the matrix as Markdown to this path")
     conform.add_argument("--timeout", help="seconds before a test is killed with its processes (default 300)")
     conform.add_argument("-k", help="only tests matching this pytest -k expression")
     conform.set_defaults(func=_conform)
+    conform.epilog = "Any other argument goes to pytest as it is (-x, --junitxml=F, -q, ...)."
     bench = sub.add_parser("bench", help="round-trip latency of an empty collective_rpc, with yardsticks")
     bench.add_argument("--backend", default="mp", help="backend(s) to measure (default mp)")
     bench.add_argument(
@@ -139,7 +158,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.add_argument("--quick", action="store_true", help="500 calls per measurement, 2 s idle check")
     bench.add_argument("--json", help="write the figures as JSON to this path")
     bench.set_defaults(func=_bench)
-    args = parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "conform":
+        return _conform(args, rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "bench":
         _check_bench_args(bench, args)
     return int(args.func(args))

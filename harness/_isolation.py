@@ -145,7 +145,7 @@ def run_isolated(
 
 
 #: After this long, and as often again, a still-running test is named on the terminal.
-PROGRESS_EVERY_S = 30.0
+PROGRESS_EVERY_S = float(os.environ.get("HARNESS_PROGRESS_S") or 30.0)
 
 
 def _wait_child(

@@ -341,7 +341,14 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Start the reaper and the one resource tracker the forked tests share."""
+    """Start the reaper and the one resource tracker the forked tests share; put
+    the settings and the spec version into a JUnit report, when one is written."""
+    from _pytest.junitxml import xml_key
+
+    xml = session.config.stash.get(xml_key, None)
+    if xml is not None:
+        for key, value in session.config.stash[matrix_key].settings.items():
+            xml.add_global_property(f"harness {key}", str(value))
     if session.config.stash[options_key].isolate and hasattr(os, "fork"):
         # Whatever ends this process, the tests running then end with it.
         session.config.stash[reaper_key] = Reaper()

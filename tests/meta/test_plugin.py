@@ -40,6 +40,7 @@ def test_a_hung_test_is_killed_with_its_workers_reported_and_the_run_goes_on(
 ) -> None:
     tag = os.urandom(8).hex()
     monkeypatch.setenv("HARNESS_META_TAG", tag)
+    monkeypatch.setenv("HARNESS_PROGRESS_S", "5")
     pytester.makepyfile(test_hung=HUNG)
     result = pytester.runpytest_subprocess(
         "--backend",
@@ -55,6 +56,7 @@ def test_a_hung_test_is_killed_with_its_workers_reported_and_the_run_goes_on(
     )
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*test_hangs*timed out after 20 s*killed with its process group*"])
+    result.stdout.fnmatch_lines(["*[[]harness[]] still running after 5 s: test_hung.py::test_hangs*"])
     result.stdout.fnmatch_lines(["*Stacks at the timeout*"])
     # The hang is in the workers: their stacks are there too, down to the probe they run.
     result.stdout.fnmatch_lines(["*harness/probes.py*in sleep*"])
