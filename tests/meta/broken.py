@@ -676,3 +676,33 @@ first_callback_only = FirstCallbackOnly
 rank_order_replies = RankOrderReplies
 futures_without_timeout = FuturesWithoutTimeout
 shutdown_by_sigterm = ShutdownBySigterm
+
+
+class HangsAfterShutdown(_Wrapper):
+    """C9: a call after shutdown() blocks for good instead of raising."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        self._stopped = threading.Event()
+
+    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
+        if self._stopped.is_set():
+            threading.Event().wait()
+        return super().collective_rpc(*a, **kw)
+
+    def shutdown(self) -> None:
+        self._stopped.set()
+        super().shutdown()
+
+
+class HealthCheckHangsAfterADeath(_Wrapper):
+    """C8: once a worker has died, check_health() blocks for good instead of raising."""
+
+    def check_health(self) -> None:
+        if self.inner._group.failure.error is not None:
+            threading.Event().wait()
+        super().check_health()
+
+
+hangs_after_shutdown = HangsAfterShutdown
+health_check_hangs_after_a_death = HealthCheckHangsAfterADeath
