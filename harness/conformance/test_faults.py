@@ -35,7 +35,7 @@ _STUB_ERRORS = (NotImplementedError, AttributeError, TypeError)
 
 def _victim(executor: Any) -> tuple[int, int]:
     """(rank, pid) of the highest rank with a process of its own: the one to kill."""
-    pids = [int(p) for p in executor.collective_rpc(probes.pid)]
+    pids = [int(p) for p in bounded(lambda: executor.collective_rpc(probes.pid), 60, "collective_rpc(pid)")]
     apart = [(rank, pid) for rank, pid in enumerate(pids) if pid != os.getpid()]
     if not apart:
         not_applicable("every rank runs in the caller's process: no worker can die apart from the caller")
