@@ -49,6 +49,7 @@ BUILTIN_BACKENDS: Mapping[str, tuple[str, str]] = {
 CAPABILITIES: Mapping[str, str] = {
     "gc_shutdown": "C12",
     "init_failure_injection": "C22",
+    "concurrent_callers": "C24",
 }
 
 
