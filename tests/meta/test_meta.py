@@ -154,3 +154,12 @@ def test_c8_keeps_its_own_verdict_when_futures_reject_a_timeout(tmp_path: Path) 
     _, report, output = _conform_output("tests.meta.broken:futures_without_timeout", 2, "c8_", tmp_path)
     outcomes = _outcomes(report, "C8")
     assert outcomes and set(outcomes.values()) == {"pass"}, f"C8 is {outcomes}, expected pass; {output[-3000:]}"
+
+
+@pytest.mark.timeout(600)
+def test_c12_is_not_applicable_where_every_rank_runs_in_the_caller(tmp_path: Path) -> None:
+    _, report, output = _conform_output("uni", 1, "c12_", tmp_path)
+    outcomes = _outcomes(report, "C12")
+    assert outcomes and set(outcomes.values()) == {"not applicable"}, (
+        f"C12 is {outcomes} for uni, expected not applicable; {output[-3000:]}"
+    )
