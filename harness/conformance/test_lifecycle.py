@@ -241,7 +241,7 @@ def test_c12_dropping_the_last_reference_stops_the_workers(backend: Any, executo
     ex = _create(backend, executor_config)
     pids = _remote_pids(ex)
     if not pids:
-        ex.shutdown()
+        _shutdown(ex, "shutdown()")
         not_applicable("every rank runs in the caller's process: there is no worker process to stop")
     del ex
     gc.collect()
