@@ -21,7 +21,7 @@ import pytest
 
 from harness._plugin_options import Options
 
-__all__ = ["run_isolated", "timeout_of"]
+__all__ = ["run_isolated", "skipped_report", "timeout_of"]
 
 
 def timeout_of(item: pytest.Item, opts: Options) -> float:
@@ -172,4 +172,18 @@ def _synthetic(item: pytest.Item, when: str, message: str) -> pytest.TestReport:
         longrepr=f"[harness] {item.nodeid}: {message}",
         when=when,  # type: ignore[arg-type]
         user_properties=props,
+    )
+
+
+def skipped_report(item: pytest.Item, reason: str) -> pytest.TestReport:
+    """A skip at set-up, decided in this process without running the test."""
+    path, line, _ = item.location
+    return pytest.TestReport(
+        nodeid=item.nodeid,
+        location=item.location,
+        keywords=dict.fromkeys(item.keywords, 1),
+        outcome="skipped",
+        longrepr=(path, (line or 0) + 1, f"Skipped: {reason}"),
+        when="setup",
+        user_properties=list(item.user_properties),
     )

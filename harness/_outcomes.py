@@ -65,6 +65,7 @@ def tag_item(item: pytest.Item) -> None:
         ("harness_backend", name),
         ("harness_column", column_name(name, ws, device_of(item))),
         ("harness_test", f"{item.name.split('[')[0]}[{vid}]"),
+        ("harness_variant", vid),
     ]
 
 
@@ -91,6 +92,8 @@ class MatrixCollector:
         self.matrix = matrix
         self.opts = opts
         self.saw_backend_tests = False
+        #: variant id -> "<variant> in <test>: <error>", for a factory that failed with the variant's config
+        self.factory_failures: dict[str, str] = {}
         self._deselected: list[pytest.Item] = []
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -99,6 +102,9 @@ class MatrixCollector:
         if "harness_clauses" not in props:
             return
         column, test = str(props["harness_column"]), str(props["harness_test"])
+        if "harness_factory_failed" in props and report.failed:
+            variant = str(props["harness_variant"])
+            self.factory_failures.setdefault(variant, f"{variant} in {test}: {props['harness_factory_failed']}")
         clauses = str(props["harness_clauses"]).split(",")
         notes = "; ".join(str(v) for k, v in report.user_properties if k == "harness_note")
         add = self.matrix.add

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -89,28 +90,61 @@ class Options:
     timeout_explicit: bool = False
     backend_world_sizes: dict[str, list[int]] = field(default_factory=dict)
     require_gpus: int = 0
+    clauses: list[str] = field(default_factory=list)  # --clause: only these
+    backends_where: str = "the command line"
 
     def world_sizes_of(self, backend: str) -> list[int]:
         return self.backend_world_sizes.get(backend, self.world_sizes)
 
 
+HELP_CLAUSE = "only the tests of these clauses, by exact id, comma-separated (e.g. C1,C4)"
+
+#: (option, its short form where no other plugin or conftest has it, dest, help)
+_OPTIONS = (
+    ("--harness-backend", "--backend", "harness_backend", HELP_BACKEND),
+    ("--harness-world-size", "--world-size", "harness_world_size", HELP_WORLD_SIZE),
+    ("--harness-start-method", "--start-method", "harness_start_method", HELP_START_METHOD),
+    ("--harness-clause", "--clause", "harness_clause", HELP_CLAUSE),
+    ("--harness-declare", "--declare", "harness_declare", HELP_DECLARE),
+    ("--harness-timeout", None, "harness_timeout", HELP_TIMEOUT),
+    ("--harness-isolate", "--isolate", "harness_isolate", HELP_ISOLATE),
+    ("--harness-require-gpus", "--require-gpus", "harness_require_gpus", HELP_REQUIRE_GPUS),
+    ("--harness-report-json", "--report-json", "harness_report_json", "write the clause matrix as JSON to this path"),
+    ("--harness-report-md", "--report-md", "harness_report_md", "write the clause matrix as Markdown to this path"),
+)
+_GROUP = "harness"
+
+
 def add_options(parser: pytest.Parser) -> None:
-    """Register the harness options and their ini twins."""
-    group = parser.getgroup("harness", "executor conformance")
-    group.addoption("--backend", dest="harness_backend", default=None, help=HELP_BACKEND)
-    group.addoption("--world-size", dest="harness_world_size", default=None, help=HELP_WORLD_SIZE)
-    group.addoption("--start-method", dest="harness_start_method", default=None, help=HELP_START_METHOD)
-    group.addoption("--declare", dest="harness_declare", default=None, help=HELP_DECLARE)
-    group.addoption("--harness-timeout", dest="harness_timeout", default=None, help=HELP_TIMEOUT)
-    group.addoption("--isolate", dest="harness_isolate", default=None, help=HELP_ISOLATE)
-    group.addoption("--require-gpus", dest="harness_require_gpus", default=None, help=HELP_REQUIRE_GPUS)
-    group.addoption("--report-json", dest="harness_report_json", default=None, help="write the clause matrix as JSON")
-    group.addoption("--report-md", dest="harness_report_md", default=None, help="write the clause matrix as Markdown")
+    """Register the harness options (all prefixed ``--harness-``) and their ini twins."""
+    group = parser.getgroup(_GROUP, "executor conformance")
+    for option, _, dest, help_text in _OPTIONS:
+        group.addoption(option, dest=dest, default=None, help=help_text)
     parser.addini("harness_backends", HELP_BACKEND, default="")
     parser.addini("harness_world_sizes", HELP_WORLD_SIZE, default="")
     parser.addini("harness_backend_world_sizes", HELP_BACKEND_WORLD_SIZES, default="")
     parser.addini("harness_start_methods", HELP_START_METHOD, default="")
     parser.addini("harness_timeout", HELP_TIMEOUT, default="")
+
+
+def add_short_forms(parser: pytest.Parser) -> list[str]:
+    """Add the short forms (``--backend`` for ``--harness-backend``) that no other
+    plugin or conftest registered; called once the initial conftests are loaded,
+    so a project with its own ``--backend`` keeps it. Returns those added."""
+    taken = {name for opt in _all_options(parser) for name in opt.names()}
+    group = parser.getgroup(_GROUP)
+    added = []
+    for option, short, dest, _ in _OPTIONS:
+        if short and short not in taken:
+            group.addoption(short, dest=dest, default=None, help=f"short for {option}")
+            added.append(short)
+    return added
+
+
+def _all_options(parser: pytest.Parser) -> list[Any]:
+    # pytest keeps no public list of every option; these are where addoption puts them.
+    groups = [parser._anonymous, *parser._groups]
+    return [opt for group in groups for opt in group.options]
 
 
 def _setting(config: pytest.Config, option: str, env: str, ini: str, default: str) -> tuple[str, str]:
@@ -130,7 +164,7 @@ def _split(value: str) -> list[str]:
 
 
 def parse_options(config: pytest.Config) -> Options:
-    backends, _ = _setting(config, "harness_backend", "HARNESS_BACKEND", "harness_backends", "")
+    backends, backends_where = _setting(config, "harness_backend", "HARNESS_BACKEND", "harness_backends", "")
     ws_text, ws_where = _setting(
         config, "harness_world_size", "HARNESS_WORLD_SIZE", "harness_world_sizes", _DEFAULT_WORLD_SIZES
     )
@@ -140,6 +174,8 @@ def parse_options(config: pytest.Config) -> Options:
     to_text, to_where = _setting(
         config, "harness_timeout", "HARNESS_TIMEOUT", "harness_timeout", str(_DEFAULT_TIMEOUT_S)
     )
+    if to_where == "the default":
+        to_text, to_where = _pytest_timeout(config) or (to_text, to_where)
     world_sizes = _world_sizes(ws_text, ws_where)
     per_backend: dict[str, list[int]] = {}
     if ws_where in ("the ini setting harness_world_sizes", "the default"):
@@ -159,11 +195,12 @@ def parse_options(config: pytest.Config) -> Options:
             raise ValueError
     except ValueError:
         raise pytest.UsageError(f"Invalid timeout {to_text!r} from {to_where}: expected seconds > 0") from None
-    declared = {}
-    for clause in _split(config.getoption("harness_declare") or ""):
-        if clause not in CLAUSES:
-            raise pytest.UsageError(f"Invalid clause {clause!r} from --declare: expected C1..C{len(CLAUSES)}")
-        declared[clause] = "declared unsupported with --declare"
+    declared = dict.fromkeys(
+        _clause_ids(config.getoption("harness_declare") or "", "--harness-declare"),
+        "declared unsupported with --declare",
+    )
+    cl_text, cl_where = _setting(config, "harness_clause", "HARNESS_CLAUSE", "", "")
+    clauses = _clause_ids(cl_text, cl_where)
     gpus_text, gpus_where = _setting(config, "harness_require_gpus", "HARNESS_REQUIRE_GPUS", "", "0")
     if not gpus_text.strip().isdigit():
         raise pytest.UsageError(f"Invalid GPU count {gpus_text!r} from {gpus_where}: expected an integer >= 0")
@@ -181,7 +218,32 @@ def parse_options(config: pytest.Config) -> Options:
         timeout_explicit=to_where != "the default",
         backend_world_sizes=per_backend,
         require_gpus=int(gpus_text),
+        clauses=clauses,
+        backends_where=backends_where,
     )
+
+
+def _clause_ids(text: str, where: str) -> list[str]:
+    ids = _split(text)
+    for clause in ids:
+        if clause not in CLAUSES:
+            raise pytest.UsageError(f"Invalid clause {clause!r} from {where}: expected one of C1..C{len(CLAUSES)}")
+    return ids
+
+
+def _pytest_timeout(config: pytest.Config) -> tuple[str, str] | None:
+    """pytest-timeout's own setting, if one is given: isolated tests honour it
+    (for every test, as --harness-timeout does) rather than ignore it."""
+    value = config.getoption("timeout", None)
+    if value is not None:
+        return str(value), "pytest-timeout's --timeout"
+    if os.environ.get("PYTEST_TIMEOUT"):
+        return os.environ["PYTEST_TIMEOUT"], "the environment variable PYTEST_TIMEOUT"
+    try:
+        ini = config.getini("timeout")
+    except ValueError:  # pytest-timeout is not installed
+        return None
+    return (str(ini), "pytest-timeout's ini setting timeout") if ini else None
 
 
 def _world_sizes(text: str, where: str) -> list[int]:
@@ -193,33 +255,33 @@ def _world_sizes(text: str, where: str) -> list[int]:
     return out
 
 
-def load(opts: Options, name: str) -> LoadedBackend | BaseException:
-    if name not in opts.loaded:
+def load_all(opts: Options) -> None:
+    """Load every selected backend once, before collection: a backend that
+    cannot be named is one usage error naming the value and where it came from;
+    one whose optional dependency is missing is kept, to be reported not run."""
+    for name in opts.backends:
         try:
-            opts.loaded[name] = load_backend(name, opts.declared)
-        except (ImportError, ValueError, TypeError) as exc:
+            opts.loaded[name] = load_backend(name, opts.declared, where=opts.backends_where)
+        except BackendUnavailableError as exc:
             opts.loaded[name] = exc
-    return opts.loaded[name]
+        except Exception as exc:  # noqa: BLE001 - whatever importing a user's module raises
+            text = str(exc)
+            if not text.startswith(f"backend {name!r}") and not text.startswith(f"unknown backend {name!r}"):
+                text = f"backend {name!r} from {opts.backends_where}: {type(exc).__name__}: {exc}"
+            raise pytest.UsageError(text) from None
 
 
 def parametrize(metafunc: pytest.Metafunc, opts: Options) -> None:
-    """Parametrise a test that uses ``backend`` over the selected variants."""
-    if not opts.backends:
-        raise pytest.UsageError(
-            "no backend to test: pass --backend NAME (e.g. --backend mp), set HARNESS_BACKEND, "
-            "or the ini setting harness_backends"
-        )
+    """Parametrise a test that uses ``backend`` over the selected variants (none
+    when no backend is selected: collection then stops with one usage error)."""
     params = []
     for name in opts.backends:
-        loaded = load(opts, name)
+        loaded = opts.loaded[name]
         if isinstance(loaded, BaseException):
             reason = f"backend {name!r} unavailable: {loaded}"
-            mark = pytest.mark.skip(reason=reason) if isinstance(loaded, BackendUnavailableError) else None
-            if mark is None:
-                raise pytest.UsageError(reason)
             for ws in opts.world_sizes_of(name):
                 u = Unavailable(name, reason, ws)
-                params.append(pytest.param(u, id=u.id, marks=mark))
+                params.append(pytest.param(u, id=u.id, marks=pytest.mark.skip(reason=reason)))
             continue
         starts = [s for s in opts.start_methods if s in (loaded.start_methods or START_METHODS)]
         for ws in opts.world_sizes_of(name):
@@ -229,6 +291,12 @@ def parametrize(metafunc: pytest.Metafunc, opts: Options) -> None:
                 v = Variant(loaded, ws, sm)
                 params.append(pytest.param(v, id=v.id))
     metafunc.parametrize("harness_variant", params, indirect=True)
+
+
+NO_BACKEND = (
+    "no backend to test: pass --harness-backend NAME (e.g. --harness-backend mp), "
+    "set HARNESS_BACKEND, or the ini setting harness_backends"
+)
 
 
 def clauses_of(item: pytest.Item) -> list[str]:

@@ -20,22 +20,26 @@ The pytest parent never imports torch's CUDA nor starts a worker.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from typing import Any
 
 import pytest
 
-from harness._isolation import run_isolated, timeout_of
+from harness._isolation import run_isolated, skipped_report, timeout_of
 from harness._outcomes import LEAK_CLAUSE, MatrixCollector, tag_item
 from harness._plugin_options import (
+    NO_BACKEND,
     Options,
     Unavailable,
     Variant,
     add_options,
+    add_short_forms,
     clauses_of,
+    load_all,
     parametrize,
     parse_options,
     variant_of,
@@ -90,6 +94,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_load_initial_conftests(
+    early_config: pytest.Config, parser: pytest.Parser, args: list[str]
+) -> Generator[None]:
+    """Once the project's own conftests have registered their options, add the
+    short forms of ours that are still free (``--backend`` for ``--harness-backend``)."""
+    result = yield
+    add_short_forms(parser)
+    return result
+
+
+def _check_report_path(config: pytest.Config, option: str) -> None:
+    path = config.getoption(option)
+    if not path:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    flag = "--" + option.replace("_", "-")
+    if not os.path.isdir(folder):
+        raise pytest.UsageError(f"Invalid {flag} {path!r}: the folder {folder!r} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise pytest.UsageError(f"Invalid {flag} {path!r}: the folder {folder!r} is not writable")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Register the markers; parse and check the harness settings."""
     config.addinivalue_line(
@@ -100,6 +127,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "perf: compares latency with a stored baseline")
     config.addinivalue_line("markers", "clause(*ids): the SPEC.md clauses this test checks")
     opts = parse_options(config)
+    for option in ("harness_report_json", "harness_report_md"):
+        _check_report_path(config, option)
+    load_all(opts)
     config.stash[options_key] = opts
     matrix = ClauseMatrix()
     matrix.settings = machine_settings(
@@ -140,13 +170,42 @@ def harness_variant(request: pytest.FixtureRequest) -> Variant:
 @pytest.fixture
 def backend(harness_variant: Variant, request: pytest.FixtureRequest) -> Iterator[LoadedBackend]:
     """The backend under test (factory plus its declarations), with its
-    run-wide session's environment set for the test."""
+    run-wide session's environment set for the test. Its factory is checked:
+    what it returns must have ``collective_rpc``, and a failure with the
+    variant's own config is remembered, so that the variant's later tests are
+    not run (one failing factory is reported once per variant, not per test)."""
     loaded = harness_variant.backend
     env = request.config.stash[sessions_key].env(loaded)
+    plain = ExecutorConfig(world_size=harness_variant.world_size, start_method=harness_variant.start_method)
+    checked = _CheckedFactory(loaded, plain, request.node)
     with pytest.MonkeyPatch.context() as mp:
         for key, value in env.items():
             mp.setenv(key, value)
-        yield loaded
+        yield dataclasses.replace(loaded, factory=checked)
+
+
+class _CheckedFactory:
+    """A backend's factory, as tests call it."""
+
+    def __init__(self, loaded: LoadedBackend, plain: ExecutorConfig, node: pytest.Item) -> None:
+        self._loaded, self._plain, self._node = loaded, plain, node
+
+    def __call__(self, config: ExecutorConfig) -> Executor:
+        try:
+            ex = self._loaded.factory(config)
+        except Exception as exc:
+            if config == self._plain:
+                self._node.user_properties.append(("harness_factory_failed", f"{type(exc).__name__}: {exc}"))
+            raise
+        if not callable(getattr(ex, "collective_rpc", None)):
+            message = (
+                f"backend {self._loaded.name!r}: the factory returned {type(ex).__name__} {ex!r:.80}, "
+                "which has no collective_rpc: a factory must return an executor (SPEC.md, the API under test)"
+            )
+            if config == self._plain:
+                self._node.user_properties.append(("harness_factory_failed", message))
+            raise TypeError(message)
+        return ex
 
 
 @pytest.fixture
@@ -220,6 +279,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     tests where Ray is not installed."""
     opts = config.stash[options_key]
     collector = config.stash[collector_key]
+    if not opts.backends and any("harness_variant" in getattr(i, "fixturenames", ()) for i in items):
+        raise pytest.UsageError(NO_BACKEND)
+    if opts.clauses:
+        keep = [i for i in items if set(clauses_of(i)) & set(opts.clauses)]
+        dropped = [i for i in items if not set(clauses_of(i)) & set(opts.clauses)]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = keep
     found: int | None = None
     missing_ray = not module_installed("ray")
     for item in items:
@@ -286,6 +353,12 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if isinstance(variant, Variant):
         # Here, before any fork: a session outlives the test processes.
         item.config.stash[sessions_key].ensure(variant.backend)
+        failed = item.config.stash[collector_key].factory_failures.get(variant.id)
+        if failed is not None:
+            item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+            item.ihook.pytest_runtest_logreport(report=skipped_report(item, f"the factory failed for {failed}"))
+            item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+            return True
     if not opts.isolate or item.get_closest_marker("distributed") is None or not hasattr(os, "fork"):
         return None
     ihook = item.ihook
@@ -305,6 +378,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     """Print the clause matrix; write JSON and Markdown when asked."""
     matrix = config.stash[matrix_key]
+    matrix.write(config.getoption("harness_report_json"), config.getoption("harness_report_md"))
     if not matrix.cells and not matrix.not_checked:
         return
     terminalreporter.section("harness conformance: clause x backend, world size, device")
@@ -312,4 +386,3 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         terminalreporter.write_line(f"{key}: {value}")
     terminalreporter.write_line("")
     terminalreporter.write_line(matrix.render_terminal())
-    matrix.write(config.getoption("harness_report_json"), config.getoption("harness_report_md"))

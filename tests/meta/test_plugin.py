@@ -65,15 +65,15 @@ def test_a_hung_test_is_killed_with_its_workers_reported_and_the_run_goes_on(
 def test_no_backend_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_x(executor):\n    pass\n")
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
-    result.stdout.fnmatch_lines(["*no backend to test: pass --backend*"])
-    assert result.ret != 0
+    result.stderr.fnmatch_lines(["ERROR: no backend to test: pass --harness-backend NAME*"])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
 
 
 def test_unknown_backend_lists_the_known_ones(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_x(executor):\n    pass\n")
     result = pytester.runpytest_subprocess("--backend", "nosuch", "-p", "no:cacheprovider")
-    result.stdout.fnmatch_lines(["*unknown backend 'nosuch'*mp*uni*"])
-    assert result.ret != 0
+    result.stderr.fnmatch_lines(["ERROR: unknown backend 'nosuch' from the command line: known backends are*mp*uni*"])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
 
 
 def test_a_bad_world_size_names_the_value_and_where_it_came_from(pytester: pytest.Pytester) -> None:
