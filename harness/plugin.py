@@ -46,6 +46,7 @@ from harness._plugin_options import (
 )
 from harness._reaper import Reaper
 from harness.backends import BUILTIN_BACKENDS, LoadedBackend, module_installed
+from harness.conformance._checks import bounded
 from harness.contract import CLAUSES, Executor, ExecutorConfig
 from harness.report import ClauseMatrix, machine_settings
 
@@ -57,6 +58,7 @@ sessions_key = pytest.StashKey["_Sessions"]()
 collector_key = pytest.StashKey[MatrixCollector]()
 reaper_key = pytest.StashKey[Reaper]()
 _gpus_missing_key = pytest.StashKey[str]()
+_SHUTDOWN_S = 30.0
 
 
 class _Sessions:
@@ -246,7 +248,12 @@ def executor(
     try:
         yield ex
     finally:
-        ex.shutdown()
+        try:
+            # SPEC's own bound (C9): a shutdown that hangs fails here, not at the test's timeout.
+            bounded(ex.shutdown, _SHUTDOWN_S, f"{backend.name}: shutdown() after the test")
+        except AssertionError:
+            request.node.user_properties.append(("harness_leak", LEAK_CLAUSE))
+            raise
     # Processes, threads, shared memory, sockets; descriptors are C10's to judge.
     problems = leaks.wait_clean(before, timeout=10.0, fd_slack=None)
     if problems:
