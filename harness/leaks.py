@@ -91,9 +91,7 @@ def snapshot() -> Snapshot:
     return Snapshot(
         children=_children(),
         threads={
-            t.ident
-            for t in threading.enumerate()
-            if t.ident is not None and not t.name.startswith(SUITE_THREAD_PREFIX)
+            t.ident for t in threading.enumerate() if t.ident is not None and not t.name.startswith(SUITE_THREAD_PREFIX)
         },
         shm=shm_segments(),
         listening=set(listening_sockets()),
