@@ -42,6 +42,14 @@ def test_c15_nccl_collectives_are_correct(cuda_executor: Any, world_size: int) -
     expect_equal(got, [expected_collectives(world_size)] * world_size, "collectives on cuda/nccl")
 
 
+@pytest.mark.clause("C15")
+def test_c15_the_cuda_group_runs_on_the_configs_dist_backend(cuda_executor: Any, world_size: int) -> None:
+    # On CPU only gloo exists: here a backend that always uses gloo shows.
+    got = cuda_executor.collective_rpc(probes.dist_backend)
+    for rank, name in enumerate(got):
+        expect_equal(str(name).lower(), "nccl", f"rank {rank}: torch.distributed.get_backend(), dist_backend='nccl'")
+
+
 @pytest.mark.clause("C17")
 def test_c17_large_payload_round_trips_with_cuda_workers(cuda_executor: Any, world_size: int) -> None:
     data = os.urandom(32 << 20)

@@ -1051,3 +1051,10 @@ renamed_gloo = RenamedGloo
 thread_completed_futures = ThreadCompletedFutures
 shared_reply_slot = SharedReplySlot
 frozen_workers = FrozenWorkers
+
+
+def always_gloo(config: ExecutorConfig) -> _Wrapper:
+    """C15 (GPU tier): the group runs on gloo whatever config.dist_backend says."""
+    import dataclasses
+
+    return _Wrapper(dataclasses.replace(config, dist_backend="gloo"))
