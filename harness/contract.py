@@ -29,7 +29,7 @@ __all__ = [
 ]
 
 DEVICES = ("cpu", "cuda")
-START_METHODS = ("spawn", "fork")
+START_METHODS = ("spawn", "fork", "forkserver")
 DIST_BACKENDS = ("gloo", "nccl", "mpi", "ucc")
 
 #: Clause id -> one-line summary, as in SPEC.md. Ids are stable.
