@@ -31,7 +31,7 @@ from typing import Any
 from harness import ExecutorConfig, leaks, load_backend
 from harness.conformance._exposure import Exposure, examine
 
-__all__ = ["ADDRESS", "NetnsRun", "host_resolution", "run"]
+__all__ = ["ADDRESS", "NetnsRun", "host_resolution", "run", "unavailable"]
 
 #: TEST-NET-1 (RFC 5737): not loopback, routed nowhere.
 ADDRESS = "192.0.2.1"
@@ -70,6 +70,18 @@ def _unshare_command() -> tuple[list[str], str]:
     if os.geteuid() != 0:
         command.append("--map-root-user")  # a user namespace: root there, if the kernel allows it
     return command, ""
+
+
+def unavailable() -> str:
+    """Why a network namespace cannot be made here, or "" if it can (tried, not guessed)."""
+    prefix, reason = _unshare_command()
+    if not prefix:
+        return reason
+    try:
+        done = subprocess.run([*prefix, "--", "true"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{' '.join(prefix)}: {exc}"
+    return "" if done.returncode == 0 else f"{' '.join(prefix)} failed: {done.stderr.strip()[-300:]}"
 
 
 def run(backend: str, config: ExecutorConfig, work_dir: Path, deadline_s: float) -> NetnsRun:

@@ -37,6 +37,11 @@ CASES = [
     ("ignores_init_failure", "C22", "c22_ and last"),
     ("listens_everywhere", "C23", "c23_"),
     ("no_parent_watch", "C13", "c13_"),
+    # processes the executor started, found by what they inherit (C9 leak check, C13, C23)
+    ("detached_helper", "C13", "c13_"),
+    ("scrubbed_helper", "C13", "c13_"),
+    ("helper_listens_everywhere", "C23", "c23_"),
+    ("leaves_session_helper", "C9", "c9_shutdown_of_an_idle"),
 ]
 
 
