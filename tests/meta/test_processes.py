@@ -18,9 +18,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def conform(backend: str, k: str, tmp_path: Path, world_size: int = 2, start_method: str = "spawn") -> dict[str, Any]:
     report = tmp_path / "report.json"
+    argv = [sys.executable, "-m", "harness", "conform", "--backend", backend, "--world-size", str(world_size)]
+    argv += ["--start-method", start_method, "-k", k, "--report-json", str(report), "--timeout", "120"]
     proc = subprocess.run(
-        [sys.executable, "-m", "harness", "conform", "--backend", backend, "--world-size", str(world_size)]
-        + ["--start-method", start_method, "-k", k, "--report-json", str(report), "--timeout", "120"],
+        argv,
         cwd=ROOT,
         capture_output=True,
         text=True,
