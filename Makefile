@@ -33,5 +33,6 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m harness bench
 
+## The GPU tier; GPUS=N demands N GPUs (missing ones fail instead of skipping).
 gpu-test: $(STAMP)
-	$(BIN)/python -m pytest -m gpu
+	$(BIN)/python -m pytest -m gpu $(if $(GPUS),--require-gpus $(GPUS))

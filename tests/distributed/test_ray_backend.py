@@ -7,6 +7,7 @@ Each test runs in its own forked process (``distributed``) and needs Ray (``ray`
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import os
 import signal
@@ -216,6 +217,27 @@ def test_a_result_the_caller_cannot_unpickle_fails_that_call_only(cluster: str) 
         with pytest.raises(RemoteCallError, match="could not be unpickled in the caller"):
             ex.collective_rpc(probes.result_the_caller_cannot_unpickle)
         assert ex.collective_rpc(probes.rank) == [0, 1]
+
+
+def test_a_keeper_told_to_stop_stops_its_cluster_first() -> None:
+    from harness.executors._ray_cluster import LocalCluster
+
+    cluster = LocalCluster.start(num_cpus=2)
+    members: list[int] = []
+    try:
+        members = [c.pid for c in psutil.Process(cluster.keeper.pid).children(recursive=True)]
+        assert members, "the keeper started no cluster processes"
+        os.kill(cluster.keeper.pid, signal.SIGTERM)
+        assert wait_until(lambda: all(process_gone(p) for p in members), 15), (
+            f"cluster processes {[p for p in members if not process_gone(p)]} outlived their keeper's SIGTERM"
+        )
+        cluster.keeper.wait(15)  # it removes the folder last
+        assert not os.path.exists(cluster.temp_dir), f"the cluster's folder {cluster.temp_dir} was left behind"
+    finally:
+        cluster.stop()
+        for pid in members:  # what a failed check left: not the next test's problem
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 _FRESH_MACHINE_DRIVER = """

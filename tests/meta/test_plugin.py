@@ -65,15 +65,15 @@ def test_a_hung_test_is_killed_with_its_workers_reported_and_the_run_goes_on(
 def test_no_backend_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_x(executor):\n    pass\n")
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
-    result.stdout.fnmatch_lines(["*no backend to test: pass --backend*"])
-    assert result.ret != 0
+    result.stderr.fnmatch_lines(["ERROR: no backend to test: pass --harness-backend NAME*"])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
 
 
 def test_unknown_backend_lists_the_known_ones(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_x(executor):\n    pass\n")
     result = pytester.runpytest_subprocess("--backend", "nosuch", "-p", "no:cacheprovider")
-    result.stdout.fnmatch_lines(["*unknown backend 'nosuch'*mp*uni*"])
-    assert result.ret != 0
+    result.stderr.fnmatch_lines(["ERROR: unknown backend 'nosuch' from the command line: known backends are*mp*uni*"])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
 
 
 def test_a_bad_world_size_names_the_value_and_where_it_came_from(pytester: pytest.Pytester) -> None:
@@ -135,7 +135,7 @@ def test_declared_clauses_are_skipped_with_the_reason_and_reported_apart(pyteste
 
 
 def test_an_unavailable_optional_backend_is_skipped_with_the_install_hint(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile("def test_x(executor):\n    pass\n")
+    pytester.makepyfile('import pytest\n@pytest.mark.clause("C1")\ndef test_x(executor):\n    pass\n')
     pytester.makeconftest(
         """
         import harness.backends as b
@@ -143,8 +143,10 @@ def test_an_unavailable_optional_backend_is_skipped_with_the_install_hint(pytest
         """
     )
     result = pytester.runpytest_subprocess("--backend", "fake", "-rs", "-p", "no:cacheprovider")
-    result.assert_outcomes(skipped=1)
+    result.assert_outcomes(skipped=3)  # one per default world size
     result.stdout.fnmatch_lines(["*backend 'fake' is not available*pip install fake*"])
+    assert result.ret != 0, "a run whose only backend is not installed checked nothing, and must fail"
+    result.stdout.fnmatch_lines(["*NOTHING CHECKED for backend 'fake'*pip install fake*"])
 
 
 def test_ray_marked_tests_skip_with_the_install_command_where_ray_is_missing(pytester: pytest.Pytester) -> None:

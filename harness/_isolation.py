@@ -1,0 +1,189 @@
+"""Isolation: each distributed test runs in a fresh forked process.
+
+The child leads its own process group, runs the test's whole protocol (setup,
+call, teardown) and writes its reports to a file; the parent waits with a
+deadline. Past it, the child is asked for its stacks (SIGUSR1, faulthandler),
+then its whole group (the test and every worker it started) is killed, and the
+test is reported failed with the stacks attached; the run goes on. Whatever
+the test left in its group is killed after it, and reported.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import signal
+import tempfile
+import time
+
+import pytest
+
+from harness._plugin_options import Options
+
+__all__ = ["run_isolated", "skipped_report", "timeout_of"]
+
+
+def timeout_of(item: pytest.Item, opts: Options) -> float:
+    """--harness-timeout (or its env/ini twin) when given, else the test's
+    timeout marker, else the default."""
+    if opts.timeout_explicit:
+        return opts.timeout_s
+    marker = item.get_closest_marker("timeout")  # pytest-timeout's marker, if the test sets one
+    if marker is not None and marker.args:
+        return float(marker.args[0])
+    return opts.timeout_s
+
+
+def run_isolated(item: pytest.Item, timeout_s: float) -> list[pytest.TestReport]:
+    from _pytest.runner import runtestprotocol
+
+    config = item.config
+    stacks = tempfile.NamedTemporaryFile(prefix="harness-stacks-", suffix=".txt", delete=False)  # noqa: SIM115
+    stacks.close()
+    # Reports travel through a file, not a pipe: a worker the test forked (and
+    # leaked) would inherit a pipe's write end and hold it open past the test.
+    results = tempfile.NamedTemporaryFile(prefix="harness-reports-", suffix=".json", delete=False)  # noqa: SIM115
+    results.close()
+    # pytest-timeout arms SIGALRM in this process for a test's timeout marker;
+    # here the deadline is ours, and firing in the parent would end the run.
+    hook = getattr(config.hook, "pytest_timeout_cancel_timer", None)
+    if hook is not None:
+        hook(item=item)
+    # pytest's faulthandler_timeout keeps a watchdog thread armed around each
+    # test. A forked child would inherit it armed but without its thread, and
+    # deadlock the first time it is cancelled; our own timeout replaces it.
+    faulthandler.cancel_dump_traceback_later()
+    pid = os.fork()
+    if pid == 0:  # the child: run the test, write the reports, never return into pytest
+        code = 0
+        try:
+            os.setpgid(0, 0)
+            with open(stacks.name, "w", encoding="utf-8") as dump:
+                # The parent asks for the stacks with SIGUSR1 before it kills us.
+                faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True)
+                reports = runtestprotocol(item, log=False, nextitem=None)
+            data = [config.hook.pytest_report_to_serializable(config=config, report=r) for r in reports]
+            with open(results.name, "w", encoding="utf-8") as out:
+                json.dump(data, out)
+        except BaseException:  # noqa: BLE001 - report through the exit code; the parent explains
+            code = 3
+        finally:
+            os._exit(code)
+    status = _wait_child(pid, timeout_s)
+    timed_out = status is None
+    if timed_out:
+        try:
+            os.kill(pid, signal.SIGUSR1)
+            time.sleep(1.0)  # time to write the stacks
+        except ProcessLookupError:
+            pass
+        _kill_group(pid, settle_s=0)
+        _, status = os.waitpid(pid, 0)
+    leftover = _kill_group(pid)  # anything the test left in its group (workers) dies now
+    with open(results.name, encoding="utf-8") as f:
+        raw = f.read()
+    os.unlink(results.name)
+    with open(stacks.name, encoding="utf-8", errors="replace") as f:
+        dumped = f.read()
+    os.unlink(stacks.name)
+    if timed_out:
+        return [
+            _synthetic(
+                item,
+                "call",
+                f"timed out after {timeout_s:g} s: killed with its process group "
+                f"(leftover processes: {leftover}).\nStacks at the timeout:\n{dumped}",
+            )
+        ]
+    try:
+        data = json.loads(raw)
+        reports = [config.hook.pytest_report_from_serializable(config=config, data=d) for d in data]
+        for report in reports:
+            if isinstance(report.longrepr, list):  # a skip's (path, line, reason), listed by JSON
+                report.longrepr = tuple(report.longrepr)
+    except ValueError:
+        return [_synthetic(item, "call", f"the test process died (status {status}) before reporting.\n{dumped}")]
+    if leftover:
+        reports.append(_synthetic(item, "teardown", f"processes left running after the test: {leftover}"))
+    return reports
+
+
+def _wait_child(pid: int, timeout_s: float) -> int | None:
+    """The child's wait status once it exits, or None after ``timeout_s`` s."""
+    deadline = time.monotonic() + timeout_s
+    pidfd_open = getattr(os, "pidfd_open", None)
+    if pidfd_open is not None:  # Linux: a blocking wait with a timeout
+        import select
+
+        fd = pidfd_open(pid)
+        try:
+            if not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                return None
+        finally:
+            os.close(fd)
+        return os.waitpid(pid, 0)[1]
+    while True:  # elsewhere: no blocking wait with a timeout exists, so poll
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.05)
+
+
+def _kill_group(pgid: int, settle_s: float = 2.0) -> list[int]:
+    """SIGKILL every process in the group, after ``settle_s`` s for them to exit
+    on their own; return the pids that had not."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        pids = _group_members(pgid)
+        if not pids or time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    return pids
+
+
+def _group_members(pgid: int) -> list[int]:
+    import psutil
+
+    pids = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.pid != pgid and proc.status() != psutil.STATUS_ZOMBIE:
+                pids.append(proc.pid)
+        except (ProcessLookupError, psutil.Error, OSError):
+            continue
+    return pids
+
+
+def _synthetic(item: pytest.Item, when: str, message: str) -> pytest.TestReport:
+    # The tags collection gave the item: the report lands in the test's cells.
+    props = list(item.user_properties)
+    return pytest.TestReport(
+        nodeid=item.nodeid,
+        location=item.location,
+        keywords=dict.fromkeys(item.keywords, 1),
+        outcome="failed",
+        longrepr=f"[harness] {item.nodeid}: {message}",
+        when=when,  # type: ignore[arg-type]
+        user_properties=props,
+    )
+
+
+def skipped_report(item: pytest.Item, reason: str) -> pytest.TestReport:
+    """A skip at set-up, decided in this process without running the test."""
+    path, line, _ = item.location
+    return pytest.TestReport(
+        nodeid=item.nodeid,
+        location=item.location,
+        keywords=dict.fromkeys(item.keywords, 1),
+        outcome="skipped",
+        longrepr=(path, (line or 0) + 1, f"Skipped: {reason}"),
+        when="setup",
+        user_properties=list(item.user_properties),
+    )

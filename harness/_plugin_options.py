@@ -1,0 +1,313 @@
+"""The plugin's settings and the variants they select.
+
+Each setting comes from the command line, else the environment, else the ini
+file, else its default, and a bad value is a usage error naming the value and
+where it came from. A variant is one backend at one world size and start
+method: every test that uses the ``backend`` fixture runs once per variant.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from harness.backends import BackendUnavailableError, LoadedBackend, load_backend
+from harness.contract import CLAUSES, START_METHODS
+
+__all__ = [
+    "Options",
+    "Unavailable",
+    "Variant",
+    "add_options",
+    "clauses_of",
+    "parametrize",
+    "parse_options",
+    "variant_of",
+]
+
+_DEFAULT_WORLD_SIZES = "1,2,4"
+_DEFAULT_TIMEOUT_S = 300.0
+
+HELP_BACKEND = (
+    "backends under test, comma-separated: built-in names (uni, mp, ray, ...), "
+    "'module:attr' factories, or harness.backends entry points"
+)
+HELP_WORLD_SIZE = "world sizes to run, comma-separated (default 1,2,4; each backend keeps those it supports)"
+HELP_BACKEND_WORLD_SIZES = (
+    "world sizes for particular backends, e.g. 'ray=2' or 'ray=2,4; mp=1,2' (ini only); "
+    "used when no world size is given on the command line or in HARNESS_WORLD_SIZE"
+)
+HELP_START_METHOD = "start methods to run, comma-separated (default: every one a backend supports)"
+HELP_DECLARE = "clauses to treat as declared unsupported for every backend, comma-separated (e.g. C12,C22)"
+HELP_TIMEOUT = "seconds after which an isolated test is killed with its process group (default 300)"
+HELP_ISOLATE = "run each (test, backend) pair in a fresh forked process (default on; 'no' to run in-process)"
+
+HELP_REQUIRE_GPUS = (
+    "fail, instead of skipping, GPU tests that need at most N GPUs when the machine has fewer "
+    "(a GPU runner that lost its GPUs must not read green)"
+)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One parametrisation: a backend at a world size and start method."""
+
+    backend: LoadedBackend
+    world_size: int
+    start_method: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.backend.name}-ws{self.world_size}-{self.start_method}"
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    """The parameter of a selected backend that cannot load here (its optional
+    dependency is missing): its tests are skipped, and reported "not run"."""
+
+    name: str
+    reason: str
+    world_size: int
+
+    @property
+    def id(self) -> str:
+        return f"{self.name}-ws{self.world_size}"
+
+
+@dataclass
+class Options:
+    backends: list[str]
+    world_sizes: list[int]
+    start_methods: list[str]
+    declared: dict[str, str]
+    timeout_s: float
+    isolate: bool
+    loaded: dict[str, LoadedBackend | BaseException]
+    timeout_explicit: bool = False
+    backend_world_sizes: dict[str, list[int]] = field(default_factory=dict)
+    require_gpus: int = 0
+    clauses: list[str] = field(default_factory=list)  # --clause: only these
+    backends_where: str = "the command line"
+
+    def world_sizes_of(self, backend: str) -> list[int]:
+        return self.backend_world_sizes.get(backend, self.world_sizes)
+
+
+HELP_CLAUSE = "only the tests of these clauses, by exact id, comma-separated (e.g. C1,C4)"
+
+#: (option, its short form where no other plugin or conftest has it, dest, help)
+_OPTIONS = (
+    ("--harness-backend", "--backend", "harness_backend", HELP_BACKEND),
+    ("--harness-world-size", "--world-size", "harness_world_size", HELP_WORLD_SIZE),
+    ("--harness-start-method", "--start-method", "harness_start_method", HELP_START_METHOD),
+    ("--harness-clause", "--clause", "harness_clause", HELP_CLAUSE),
+    ("--harness-declare", "--declare", "harness_declare", HELP_DECLARE),
+    ("--harness-timeout", None, "harness_timeout", HELP_TIMEOUT),
+    ("--harness-isolate", "--isolate", "harness_isolate", HELP_ISOLATE),
+    ("--harness-require-gpus", "--require-gpus", "harness_require_gpus", HELP_REQUIRE_GPUS),
+    ("--harness-report-json", "--report-json", "harness_report_json", "write the clause matrix as JSON to this path"),
+    ("--harness-report-md", "--report-md", "harness_report_md", "write the clause matrix as Markdown to this path"),
+)
+_GROUP = "harness"
+
+
+def add_options(parser: pytest.Parser) -> None:
+    """Register the harness options (all prefixed ``--harness-``) and their ini twins."""
+    group = parser.getgroup(_GROUP, "executor conformance")
+    for option, _, dest, help_text in _OPTIONS:
+        group.addoption(option, dest=dest, default=None, help=help_text)
+    parser.addini("harness_backends", HELP_BACKEND, default="")
+    parser.addini("harness_world_sizes", HELP_WORLD_SIZE, default="")
+    parser.addini("harness_backend_world_sizes", HELP_BACKEND_WORLD_SIZES, default="")
+    parser.addini("harness_start_methods", HELP_START_METHOD, default="")
+    parser.addini("harness_timeout", HELP_TIMEOUT, default="")
+
+
+def add_short_forms(parser: pytest.Parser) -> list[str]:
+    """Add the short forms (``--backend`` for ``--harness-backend``) that no other
+    plugin or conftest registered; called once the initial conftests are loaded,
+    so a project with its own ``--backend`` keeps it. Returns those added."""
+    taken = {name for opt in _all_options(parser) for name in opt.names()}
+    group = parser.getgroup(_GROUP)
+    added = []
+    for option, short, dest, _ in _OPTIONS:
+        if short and short not in taken:
+            group.addoption(short, dest=dest, default=None, help=f"short for {option}")
+            added.append(short)
+    return added
+
+
+def _all_options(parser: pytest.Parser) -> list[Any]:
+    # pytest keeps no public list of every option; these are where addoption puts them.
+    groups = [parser._anonymous, *parser._groups]
+    return [opt for group in groups for opt in group.options]
+
+
+def _setting(config: pytest.Config, option: str, env: str, ini: str, default: str) -> tuple[str, str]:
+    """Command line > environment > ini > default, with where the value came from."""
+    value = config.getoption(option)
+    if value is not None:
+        return str(value), "the command line"
+    if os.environ.get(env):
+        return os.environ[env], f"the environment variable {env}"
+    if ini and config.getini(ini):
+        return str(config.getini(ini)), f"the ini setting {ini}"
+    return default, "the default"
+
+
+def _split(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def parse_options(config: pytest.Config) -> Options:
+    backends, backends_where = _setting(config, "harness_backend", "HARNESS_BACKEND", "harness_backends", "")
+    ws_text, ws_where = _setting(
+        config, "harness_world_size", "HARNESS_WORLD_SIZE", "harness_world_sizes", _DEFAULT_WORLD_SIZES
+    )
+    sm_text, sm_where = _setting(
+        config, "harness_start_method", "HARNESS_START_METHOD", "harness_start_methods", ",".join(START_METHODS)
+    )
+    to_text, to_where = _setting(
+        config, "harness_timeout", "HARNESS_TIMEOUT", "harness_timeout", str(_DEFAULT_TIMEOUT_S)
+    )
+    if to_where == "the default":
+        to_text, to_where = _pytest_timeout(config) or (to_text, to_where)
+    world_sizes = _world_sizes(ws_text, ws_where)
+    per_backend: dict[str, list[int]] = {}
+    if ws_where in ("the ini setting harness_world_sizes", "the default"):
+        where = "the ini setting harness_backend_world_sizes"
+        for entry in [e.strip() for e in str(config.getini("harness_backend_world_sizes")).split(";") if e.strip()]:
+            name, eq, sizes = entry.partition("=")
+            if not eq or not name.strip():
+                raise pytest.UsageError(f"Invalid entry {entry!r} from {where}: expected NAME=WS[,WS...]")
+            per_backend[name.strip()] = _world_sizes(sizes, where)
+    start_methods = _split(sm_text)
+    for sm in start_methods:
+        if sm not in START_METHODS:
+            raise pytest.UsageError(f"Invalid start method {sm!r} from {sm_where}: expected one of {START_METHODS}")
+    try:
+        timeout_s = float(to_text)
+        if timeout_s <= 0:
+            raise ValueError
+    except ValueError:
+        raise pytest.UsageError(f"Invalid timeout {to_text!r} from {to_where}: expected seconds > 0") from None
+    declared = dict.fromkeys(
+        _clause_ids(config.getoption("harness_declare") or "", "--harness-declare"),
+        "declared unsupported with --declare",
+    )
+    cl_text, cl_where = _setting(config, "harness_clause", "HARNESS_CLAUSE", "", "")
+    clauses = _clause_ids(cl_text, cl_where)
+    gpus_text, gpus_where = _setting(config, "harness_require_gpus", "HARNESS_REQUIRE_GPUS", "", "0")
+    if not gpus_text.strip().isdigit():
+        raise pytest.UsageError(f"Invalid GPU count {gpus_text!r} from {gpus_where}: expected an integer >= 0")
+    isolate_text = (config.getoption("harness_isolate") or "yes").lower()
+    if isolate_text not in ("yes", "no"):
+        raise pytest.UsageError(f"Invalid --isolate {isolate_text!r} from the command line: expected yes or no")
+    return Options(
+        _split(backends),
+        world_sizes,
+        start_methods,
+        declared,
+        timeout_s,
+        isolate_text == "yes",
+        {},
+        timeout_explicit=to_where != "the default",
+        backend_world_sizes=per_backend,
+        require_gpus=int(gpus_text),
+        clauses=clauses,
+        backends_where=backends_where,
+    )
+
+
+def _clause_ids(text: str, where: str) -> list[str]:
+    ids = _split(text)
+    for clause in ids:
+        if clause not in CLAUSES:
+            raise pytest.UsageError(f"Invalid clause {clause!r} from {where}: expected one of C1..C{len(CLAUSES)}")
+    return ids
+
+
+def _pytest_timeout(config: pytest.Config) -> tuple[str, str] | None:
+    """pytest-timeout's own setting, if one is given: isolated tests honour it
+    (for every test, as --harness-timeout does) rather than ignore it."""
+    value = config.getoption("timeout", None)
+    if value is not None:
+        return str(value), "pytest-timeout's --timeout"
+    if os.environ.get("PYTEST_TIMEOUT"):
+        return os.environ["PYTEST_TIMEOUT"], "the environment variable PYTEST_TIMEOUT"
+    try:
+        ini = config.getini("timeout")
+    except ValueError:  # pytest-timeout is not installed
+        return None
+    return (str(ini), "pytest-timeout's ini setting timeout") if ini else None
+
+
+def _world_sizes(text: str, where: str) -> list[int]:
+    out = []
+    for v in _split(text):
+        if not v.isdigit() or int(v) < 1:
+            raise pytest.UsageError(f"Invalid world size {v!r} from {where}: expected integers >= 1")
+        out.append(int(v))
+    return out
+
+
+def load_all(opts: Options) -> None:
+    """Load every selected backend once, before collection: a backend that
+    cannot be named is one usage error naming the value and where it came from;
+    one whose optional dependency is missing is kept, to be reported not run."""
+    for name in opts.backends:
+        try:
+            opts.loaded[name] = load_backend(name, opts.declared, where=opts.backends_where)
+        except BackendUnavailableError as exc:
+            opts.loaded[name] = exc
+        except Exception as exc:  # noqa: BLE001 - whatever importing a user's module raises
+            text = str(exc)
+            if not text.startswith(f"backend {name!r}") and not text.startswith(f"unknown backend {name!r}"):
+                text = f"backend {name!r} from {opts.backends_where}: {type(exc).__name__}: {exc}"
+            raise pytest.UsageError(text) from None
+
+
+def parametrize(metafunc: pytest.Metafunc, opts: Options) -> None:
+    """Parametrise a test that uses ``backend`` over the selected variants (none
+    when no backend is selected: collection then stops with one usage error)."""
+    params = []
+    for name in opts.backends:
+        loaded = opts.loaded[name]
+        if isinstance(loaded, BaseException):
+            reason = f"backend {name!r} unavailable: {loaded}"
+            for ws in opts.world_sizes_of(name):
+                u = Unavailable(name, reason, ws)
+                params.append(pytest.param(u, id=u.id, marks=pytest.mark.skip(reason=reason)))
+            continue
+        starts = [s for s in opts.start_methods if s in (loaded.start_methods or START_METHODS)]
+        for ws in opts.world_sizes_of(name):
+            if not loaded.supports_world_size(ws):
+                continue
+            for sm in starts:
+                v = Variant(loaded, ws, sm)
+                params.append(pytest.param(v, id=v.id))
+    metafunc.parametrize("harness_variant", params, indirect=True)
+
+
+NO_BACKEND = (
+    "no backend to test: pass --harness-backend NAME (e.g. --harness-backend mp), "
+    "set HARNESS_BACKEND, or the ini setting harness_backends"
+)
+
+
+def clauses_of(item: pytest.Item) -> list[str]:
+    """The clause ids a test's ``clause`` markers name."""
+    return [c for m in item.iter_markers("clause") for c in m.args]
+
+
+def variant_of(item: pytest.Item) -> Variant | Unavailable | None:
+    """The variant a test runs for, if it is a backend test."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return None
+    v = callspec.params.get("harness_variant")
+    return v if isinstance(v, (Variant, Unavailable)) else None

@@ -1,0 +1,210 @@
+"""The plugin's outcomes, as SPEC.md's "Outcomes" defines them, on small generated suites.
+
+Backends here wrap the in-process ``uni`` executor, so each run takes seconds.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.timeout(300)
+
+OUTCOMES_SUITE = """
+import pytest
+from harness import probes
+from harness.conformance._checks import blocked_by, not_applicable
+
+@pytest.mark.clause("C1")
+def test_passes(executor, world_size):
+    assert executor.collective_rpc(probes.rank) == list(range(world_size))
+
+@pytest.mark.clause("C1")
+def test_skips_in_its_body(executor):
+    pytest.skip("the machine has no such thing")
+
+@pytest.mark.clause("C5")
+def test_blocked(executor):
+    blocked_by("C4", "non_block returned a list")
+
+@pytest.mark.clause("C13")
+def test_nothing_to_look_at(executor):
+    not_applicable("every rank runs in the caller's process")
+
+@pytest.mark.clause("C13")
+def test_nothing_to_look_at_either(executor):
+    not_applicable("every rank runs in the caller's process")
+
+@pytest.mark.clause("C3")
+def test_fails(executor):
+    assert False, "got 1, expected 2 [echo]"
+
+@pytest.mark.clause("C2")
+def test_passes_alone(executor):
+    pass
+"""
+
+UNI = ("--backend", "uni", "--world-size", "1", "-p", "no:cacheprovider")
+
+
+def _report(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, dict[str, dict[str, str]]]:
+    path = pytester.path / "report.json"
+    result = pytester.runpytest_subprocess(*args, "--report-json", str(path))
+    data = json.loads(path.read_text())
+    outcomes = {cl: {col: cell["outcome"] for col, cell in cols.items()} for cl, cols in data["clauses"].items()}
+    return result, outcomes
+
+
+def test_each_outcome_reaches_the_matrix_from_the_test_body(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_outcomes=OUTCOMES_SUITE)
+    result, outcomes = _report(pytester, *UNI)
+    col = "uni ws1 cpu"
+    assert outcomes["C1"][col] == "not run", "a pass must not hide a test of the same clause that did not run"
+    assert outcomes["C2"][col] == "pass"
+    assert outcomes["C3"][col] == "FAIL"
+    assert outcomes["C5"][col] == "blocked by C4"
+    assert outcomes["C13"][col] == "not applicable"
+    result.stdout.fnmatch_lines(
+        [
+            "C1 *not run*",
+            "C2 *pass*",
+            "C3 *FAIL*",
+            "C5 *blocked by C4*",
+            "C13 *not applicable*",
+        ]
+    )
+    result.stdout.fnmatch_lines(["*C3 ?uni ws1 cpu? FAIL: test_fails?uni-ws1-spawn?: *got 1, expected 2 ?echo?*"])
+    result.stdout.fnmatch_lines(["*C1 ?uni ws1 cpu? not run: test_skips_in_its_body?uni-ws1-spawn?: the machine has*"])
+    result.stdout.fnmatch_lines(["*C13 ?uni ws1 cpu? not applicable: 2 tests: every rank runs in the caller*"])
+
+
+def test_a_selection_that_matches_nothing_fails_and_says_why(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_outcomes=OUTCOMES_SUITE)
+    result = pytester.runpytest_subprocess(*UNI, "-k", "no_such_test")
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*NOTHING CHECKED for backend 'uni': no test of it was selected*"])
+
+
+def test_a_run_whose_every_check_was_skipped_fails(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_outcomes=OUTCOMES_SUITE)
+    result = pytester.runpytest_subprocess(*UNI, "-k", "skips_in_its_body")
+    assert result.ret != 0, "a run that checked nothing exited 0"
+    result.stdout.fnmatch_lines(["*NOTHING CHECKED for backend 'uni': every selected check was not run*no such thing*"])
+
+
+def test_a_backend_whose_world_sizes_exclude_every_requested_size_checked_nothing(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        only_eight="from harness.executors.uniproc import create as _c\n"
+        "def create(config):\n    return _c(config)\n"
+        "create.world_sizes = (8,)\n",
+        test_outcomes=OUTCOMES_SUITE,
+    )
+    result = pytester.runpytest_subprocess(
+        "--backend", "uni,only_eight:create", "--world-size", "1", "-p", "no:cacheprovider"
+    )
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(
+        [
+            "*NOTHING CHECKED for backend 'only_eight:create': "
+            "its declared world_sizes (8,) exclude every requested size [[]1[]]*"
+        ]
+    )
+
+
+GPU_SUITE = """
+import pytest
+from harness import probes
+
+@pytest.mark.gpu
+@pytest.mark.clause("C15")
+def test_on_gpu(executor):
+    pass
+"""
+
+
+def test_a_gpu_tier_that_found_no_gpu_fails(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")  # no nvidia-smi: zero GPUs
+    pytester.makepyfile(test_gpu=GPU_SUITE)
+    result = pytester.runpytest_subprocess(*UNI, "-m", "gpu")
+    assert result.ret != 0, "a GPU tier that found no GPU read green"
+    result.stdout.fnmatch_lines(["*NOTHING CHECKED for backend 'uni'*needs 1 GPU, found 0*"])
+
+
+def test_require_gpus_turns_the_skip_into_a_failure(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    pytester.makepyfile(test_gpu=GPU_SUITE)
+    result = pytester.runpytest_subprocess(*UNI, "--require-gpus", "1")
+    result.assert_outcomes(errors=1)  # at set-up, before any executor starts
+    result.stdout.fnmatch_lines(["*needs 1 GPU, found 0, and --require-gpus 1 demands them*"])
+    monkeypatch.setenv("HARNESS_REQUIRE_GPUS", "1")
+    assert pytester.runpytest_subprocess(*UNI).ret != 0
+    monkeypatch.setenv("HARNESS_REQUIRE_GPUS", "one")
+    bad = pytester.runpytest_subprocess(*UNI)
+    bad.stderr.fnmatch_lines(["*Invalid GPU count 'one' from the environment variable HARNESS_REQUIRE_GPUS*"])
+
+
+LEAKY_BACKENDS = """
+import threading
+from harness.executors.uniproc import create as _create
+
+def _park():
+    threading.Event().wait()
+
+def every_time(config):
+    ex = _create(config)
+    threading.Thread(target=_park, name="leaked-by-every-executor", daemon=True).start()
+    return ex
+
+_started = []
+
+def first_start(config):
+    ex = _create(config)
+    if not _started:  # a library's monitor, started once for the process
+        _started.append(1)
+        threading.Thread(target=_park, name="runtime-monitor", daemon=True).start()
+    return ex
+"""
+
+LEAK_SUITE = """
+import pytest
+from harness import probes
+
+@pytest.mark.clause("C1")
+def test_rank(executor, world_size):
+    assert executor.collective_rpc(probes.rank) == list(range(world_size))
+"""
+
+
+def test_a_leak_after_a_test_is_a_c9_finding_and_the_test_keeps_its_verdict(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(leaky=LEAKY_BACKENDS, test_leak=LEAK_SUITE)
+    result, outcomes = _report(pytester, "--backend", "leaky:every_time", "--world-size", "1", "-p", "no:cacheprovider")
+    col = "leaky:every_time ws1 cpu"
+    assert outcomes["C1"][col] == "pass", f"the test's own clause lost its verdict: {outcomes}"
+    assert outcomes["C9"][col] == "FAIL", f"the leak is not reported under C9: {outcomes}"
+    result.stdout.fnmatch_lines(
+        ["*C9 ?leaky:every_time ws1 cpu? FAIL: test_rank?leaky:every_time-ws1-spawn?: found after*"]
+    )
+    result.stdout.fnmatch_lines(["*leaked-by-every-executor*"])
+    assert result.ret != 0
+
+
+def test_what_a_backends_first_start_leaves_for_good_is_not_a_leak(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(leaky=LEAKY_BACKENDS, test_leak=LEAK_SUITE)
+    result, outcomes = _report(
+        pytester, "--backend", "leaky:first_start", "--world-size", "1", "-p", "no:cacheprovider"
+    )
+    assert outcomes["C1"] == {"leaky:first_start ws1 cpu": "pass"}
+    assert "C9" not in outcomes
+    result.stdout.fnmatch_lines(["*left for good by the backend's first start (not a leak)*runtime-monitor*"])
+    assert result.ret == 0
+
+
+def test_markdown_and_json_reports_show_the_outcomes(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    pytester.makepyfile(test_outcomes=OUTCOMES_SUITE)
+    md = tmp_path / "r.md"
+    pytester.runpytest_subprocess(*UNI, "--report-md", str(md))
+    text = md.read_text()
+    for row in ("| C5 | blocked by C4 |", "| C13 | not applicable |", "| C1 | not run |", "| C3 | FAIL |"):
+        assert row in text, f"{row!r} missing from\n{text}"
