@@ -164,7 +164,7 @@ def _set_up(hosts_dir: str) -> str:
     resolved = sorted({str(info[4][0]) for info in socket.getaddrinfo(name, None)})
     if resolved != [ADDRESS]:
         raise OSError(f"host name {name!r} resolves to {resolved} despite the namespace's /etc/hosts")
-    return f"host name {name!r} resolves to {ADDRESS} (on {device})"
+    return f"host name {name!r} resolves to {ADDRESS}, an address on {device}"
 
 
 def _write(path: str, data: dict[str, object]) -> None:
