@@ -467,6 +467,13 @@ if sys.argv[3] == "listen":
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("0.0.0.0", 0))
     sock.listen()
+if sys.argv[3] == "loose-shm":
+    import mmap
+    fd = os.open(f"/dev/shm/harness_loose_{os.getpid()}", os.O_CREAT | os.O_RDWR, 0o644)
+    os.fchmod(fd, 0o644)
+    os.ftruncate(fd, 4096)
+    segment = mmap.mmap(fd, 4096)
+    os.close(fd)
 with open(sys.argv[1] + ".tmp", "w") as f:
     f.write(str(os.getpid()))
 os.replace(sys.argv[1] + ".tmp", sys.argv[1])
@@ -477,7 +484,7 @@ time.sleep(float(sys.argv[2]))
 class _WithHelper(_Wrapper):
     """The reference executor plus a helper process that shutdown() stops."""
 
-    listen = False
+    mode = "quiet"
 
     def __init__(self, config: ExecutorConfig) -> None:
         super().__init__(config)
@@ -491,8 +498,7 @@ class _WithHelper(_Wrapper):
 
         with tempfile.TemporaryDirectory() as tmp:
             pid_file = os.path.join(tmp, "pid")
-            mode = "listen" if self.listen else "quiet"
-            argv = [sys.executable, "-c", _DETACHED_HELPER, pid_file, str(_HELPER_LIFETIME_S), mode]
+            argv = [sys.executable, "-c", _DETACHED_HELPER, pid_file, str(_HELPER_LIFETIME_S), self.mode]
             first = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
             )
@@ -509,6 +515,10 @@ class _WithHelper(_Wrapper):
             os.kill(self.helper_pid, 9)
         except ProcessLookupError:
             pass
+        try:
+            os.unlink(f"/dev/shm/harness_loose_{self.helper_pid}")
+        except FileNotFoundError:
+            pass
 
 
 class DetachedHelper(_WithHelper):
@@ -518,7 +528,13 @@ class DetachedHelper(_WithHelper):
 class HelperListensEverywhere(_WithHelper):
     """C23: a helper process (not a worker) listens on 0.0.0.0."""
 
-    listen = True
+    mode = "listen"
+
+
+class HelperLooseShm(_WithHelper):
+    """C23: a helper process (not a worker) maps a shared-memory segment others may read (0644)."""
+
+    mode = "loose-shm"
 
 
 _SCRUBBED_HELPER = "import time, sys; time.sleep(float(sys.argv[1]))"
@@ -598,5 +614,6 @@ def unpinned_gloo(config: ExecutorConfig) -> _Wrapper:
 
 detached_helper = DetachedHelper
 helper_listens_everywhere = HelperListensEverywhere
+helper_loose_shm = HelperLooseShm
 scrubbed_helper = ScrubbedHelper
 leaves_session_helper = LeavesSessionHelper

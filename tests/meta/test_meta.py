@@ -41,7 +41,9 @@ CASES = [
     ("detached_helper", "C13", "c13_"),
     ("scrubbed_helper", "C13", "c13_"),
     ("helper_listens_everywhere", "C23", "c23_"),
+    ("helper_loose_shm", "C23", "c23_"),
     ("leaves_session_helper", "C9", "c9_shutdown_of_an_idle"),
+    ("leaves_session_helper", "C9", "c1_blocking_call_returns"),  # the leak check after any test
 ]
 
 

@@ -137,3 +137,35 @@ def test_shm_mapped_by_names_the_segments_a_process_maps() -> None:
     finally:
         seg.close()
         seg.unlink()
+
+
+_DETACHED_MAPPER = """
+import mmap, os, sys, time
+if os.fork():
+    os._exit(0)
+os.setsid()
+if os.fork():
+    os._exit(0)
+fd = os.open("/dev/shm/" + sys.argv[2], os.O_CREAT | os.O_RDWR, 0o600)
+os.ftruncate(fd, 4096)
+seg = mmap.mmap(fd, 4096)
+os.close(fd)
+open(sys.argv[1] + ".tmp", "w").write(str(os.getpid()))
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+time.sleep(60)
+"""
+
+
+def test_a_segment_mapped_by_a_process_that_left_the_tree_is_ours(tmp_path: Path, reap: list[int]) -> None:
+    before = leaks.baseline()
+    name = f"harness_test_{os.getpid()}_{time.monotonic_ns()}"
+    subprocess.run([sys.executable, "-c", _DETACHED_MAPPER, str(tmp_path / "pid"), name], check=True, timeout=30)
+    pid = _wait_for_pid(tmp_path / "pid")
+    reap.append(pid)
+    try:
+        assert name in leaks.shm_mapped_by([pid])
+        problems = leaks.diff(before, leaks.snapshot(), fd_slack=None)
+        assert any("shared-memory segments left" in p and name in p for p in problems), problems
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.unlink(f"/dev/shm/{name}")
