@@ -66,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     conform = sub.add_parser("conform", help="run the conformance suite against a backend and print the matrix")
     conform.add_argument("--backend", required=True, help="built-in name(s), 'module:attr', or entry point(s)")
     conform.add_argument("--world-size", help="comma-separated world sizes (default: HARNESS_WORLD_SIZE, else 1,2,4)")
-    conform.add_argument("--start-method", help="comma-separated start methods (default spawn,fork,forkserver)")
+    conform.add_argument("--start-method", help="comma-separated start methods (default: every one a backend supports)")
     conform.add_argument("--declare", help="clauses to treat as declared unsupported, e.g. C12,C22")
     conform.add_argument("--report-json", help="write the matrix as JSON to this path")
     conform.add_argument("--report-md", help="write the matrix as Markdown to this path")
