@@ -1,8 +1,13 @@
 # The two quick-start commands: `make conform` (the main job) and `make test`.
-# Both create .venv and install everything on first use.
+# Both create .venv and install everything on first use: the distribution
+# executor-harness (import name and command: harness), editable, with its extras.
 PYTHON ?= python3
-# The CPU build of torch (this pin is what CI installs; override for a GPU runner).
+# The torch requirement CI pins (override for a GPU runner: TORCH=torch).
 TORCH ?= torch==2.13.0
+# Where torch comes from. Empty: the usual indexes, where on PyPI a Linux x86-64
+# torch is the CUDA build. For the CPU build on a normal Linux machine:
+#   make test TORCH_INDEX=https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?=
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -12,7 +17,9 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q "$(TORCH)"$(if $(TORCH_INDEX), --index-url "$(TORCH_INDEX)")
+# A .venv made before the rename holds the distribution under its old name, "harness".
+	@if $(BIN)/python -m pip show -q harness >/dev/null 2>&1; then $(BIN)/python -m pip uninstall -q -y harness; fi
 	$(BIN)/python -m pip install -q -e ".[dev,ray]"
 	touch $(STAMP)
 

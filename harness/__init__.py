@@ -1,6 +1,6 @@
 """harness: a conformance and verification suite for distributed inference executors.
 
-The public API: the contract of SPEC.md and backend loading.
+The public API: the contract of docs/SPEC.md and backend loading.
 """
 
 from harness.backends import BackendUnavailableError, LoadedBackend, available_backends, load_backend

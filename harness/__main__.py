@@ -8,52 +8,124 @@ import sys
 from collections.abc import Sequence
 
 
-def _conform(args: argparse.Namespace) -> int:
+def _version() -> str:
+    from harness import __version__
+    from harness.backends import DISTRIBUTION
+    from harness.contract import SPEC_VERSION
+
+    return f"harness {__version__} ({DISTRIBUTION}), spec {SPEC_VERSION}"
+
+
+def _conform(args: argparse.Namespace, pytest_args: list[str]) -> int:
+    """Run the portable suite in a fresh pytest, whatever the current folder holds."""
+    import os
     import subprocess
 
+    import harness.conformance as suite
+
+    here = os.path.dirname(os.path.abspath(suite.__file__))
     # A fresh interpreter: this one has imported harness already, which pytest
     # would rather rewrite on import (and the suite's own isolation forks it).
+    # No configuration but ours: -c names an empty one (the current folder's
+    # addopts or filterwarnings are for its own tests, not the suite), and the
+    # suite's folder is the root and the one path given, so no conftest outside
+    # it is loaded.
     argv = [
         sys.executable,
         "-m",
         "pytest",
-        "--pyargs",
-        "harness.conformance",
+        here,
+        "-c",
+        os.devnull,
+        "--rootdir",
+        here,
+        "--confcutdir",
+        here,
         "-p",
         "no:cacheprovider",
-        "-q",
-        "--backend",
+        "--harness-backend",
         args.backend,
     ]
     passed_on = {
-        "world_size": "--world-size",
-        "start_method": "--start-method",
-        "declare": "--declare",
-        "report_json": "--report-json",
-        "report_md": "--report-md",
+        "world_size": "--harness-world-size",
+        "start_method": "--harness-start-method",
+        "clause": "--harness-clause",
+        "declare": "--harness-declare",
+        "report_json": "--harness-report-json",
+        "report_md": "--harness-report-md",
         "timeout": "--harness-timeout",
+        "require_gpus": "--harness-require-gpus",
         "k": "-k",
     }
     for attr, flag in passed_on.items():
         value = getattr(args, attr)
         if value:
-            argv += [flag, value]
+            argv += [flag, str(value)]
     if not args.world_size:
         # Its documented default, whatever ini the current folder has (a project
         # may narrow a backend's world sizes for its own CI).
+        argv += ["--harness-world-size", os.environ.get("HARNESS_WORLD_SIZE") or "1,2,4"]
+    extra = [a for a in pytest_args if a != "--"]
+    if not any(a in ("-q", "--quiet", "-v", "--verbose") or a.startswith(("-q", "-v")) for a in extra):
+        # Each test named as it starts: a long run shows where it is (and the
+        # plugin names a test still running every 30 s).
+        argv.append("-v")
+    return subprocess.call(argv + extra)
+
+
+def _positive_int(text: str) -> int:
+    """An argparse type: an int >= 1 (argparse names the option in its error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
+def _world_sizes(text: str) -> list[int]:
+    """An argparse type: comma-separated ints >= 1."""
+    sizes = []
+    for part in text.split(","):
+        try:
+            sizes.append(_positive_int(part.strip()))
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1, got {text!r}") from None
+    return sizes
+
+
+def _check_bench_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Fail on what the run would hit only after minutes: a backend that does
+    not load, a world size it does not run, a JSON path that cannot be written."""
+    from harness.backends import load_backend
+
+    for name in args.backend.split(","):
+        try:
+            loaded = load_backend(name)
+        except (ImportError, ValueError, TypeError) as exc:
+            parser.error(f"argument --backend: {exc}")
+        if loaded.world_sizes is not None:
+            for ws in args.world_size:
+                if ws not in loaded.world_sizes:
+                    parser.error(
+                        f"argument --world-size: backend {name!r} runs world sizes "
+                        f"{', '.join(map(str, loaded.world_sizes))}, got {ws}"
+                    )
+    if args.json:
         import os
 
-        argv += ["--world-size", os.environ.get("HARNESS_WORLD_SIZE") or "1,2,4"]
-    return subprocess.call(argv)
+        folder = os.path.dirname(os.path.abspath(args.json))
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            parser.error(f"argument --json: cannot write {args.json!r}: {folder!r} is not a writable folder")
 
 
 def _bench(args: argparse.Namespace) -> int:
     from harness.bench import run
 
-    world_sizes = [int(w) for w in args.world_size.split(",")]
     iters = 500 if args.quick else args.iters
     idle_s = 2.0 if args.quick else 5.0
-    figures = run(backends=args.backend.split(","), world_sizes=world_sizes, iters=iters, idle_s=idle_s)
+    figures = run(backends=args.backend.split(","), world_sizes=args.world_size, iters=iters, idle_s=idle_s)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(figures, f, indent=2)
@@ -62,25 +134,37 @@ def _bench(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__)
+    parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", required=True)
     conform = sub.add_parser("conform", help="run the conformance suite against a backend and print the matrix")
     conform.add_argument("--backend", required=True, help="built-in name(s), 'module:attr', or entry point(s)")
     conform.add_argument("--world-size", help="comma-separated world sizes (default: HARNESS_WORLD_SIZE, else 1,2,4)")
-    conform.add_argument("--start-method", help="comma-separated start methods (default: every one a backend supports)")
+    conform.add_argument("--start-method", help="comma-separated start methods (default: all a backend supports)")
+    conform.add_argument("--clause", help="only these clauses, by exact id, e.g. C1,C4")
     conform.add_argument("--declare", help="clauses to treat as declared unsupported, e.g. C12,C22")
+    conform.add_argument("--require-gpus", help="fail, not skip, GPU tests needing at most N GPUs when fewer exist")
     conform.add_argument("--report-json", help="write the matrix as JSON to this path")
     conform.add_argument("--report-md", help="write the matrix as Markdown to this path")
     conform.add_argument("--timeout", help="seconds before a test is killed with its processes (default 300)")
     conform.add_argument("-k", help="only tests matching this pytest -k expression")
     conform.set_defaults(func=_conform)
+    conform.epilog = "Any other argument goes to pytest as it is (-x, --junitxml=F, -q, ...)."
     bench = sub.add_parser("bench", help="round-trip latency of an empty collective_rpc, with yardsticks")
     bench.add_argument("--backend", default="mp", help="backend(s) to measure (default mp)")
-    bench.add_argument("--world-size", default="1,2,4", help="comma-separated world sizes (default 1,2,4)")
-    bench.add_argument("--iters", type=int, default=2000, help="timed calls per measurement (default 2000)")
+    bench.add_argument(
+        "--world-size", type=_world_sizes, default="1,2,4", help="comma-separated world sizes (default 1,2,4)"
+    )
+    bench.add_argument("--iters", type=_positive_int, default=2000, help="timed calls per measurement (default 2000)")
     bench.add_argument("--quick", action="store_true", help="500 calls per measurement, 2 s idle check")
     bench.add_argument("--json", help="write the figures as JSON to this path")
     bench.set_defaults(func=_bench)
-    args = parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "conform":
+        return _conform(args, rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    if args.command == "bench":
+        _check_bench_args(bench, args)
     return int(args.func(args))
 
 

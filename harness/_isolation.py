@@ -10,16 +10,24 @@ the test left in its group is killed after it, and reported.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import json
 import os
+import select
+import shutil
 import signal
 import tempfile
 import time
+from collections.abc import Callable
 
 import pytest
 
 from harness._plugin_options import Options
+from harness._reaper import Reaper
+from harness._stacks import STACKS_DIR_ENV
+from harness._stacks import collect as collect_stacks
+from harness._stacks import register as register_stacks
 
 __all__ = ["run_isolated", "skipped_report", "timeout_of"]
 
@@ -35,12 +43,24 @@ def timeout_of(item: pytest.Item, opts: Options) -> float:
     return opts.timeout_s
 
 
-def run_isolated(item: pytest.Item, timeout_s: float) -> list[pytest.TestReport]:
+def run_isolated(
+    item: pytest.Item,
+    timeout_s: float,
+    reaper: Reaper | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[pytest.TestReport]:
+    """Run ``item`` in a forked child leading its own process group; its reports.
+
+    ``reaper`` learns of the group while it runs (so that pytest's death takes
+    it along); ``progress`` hears, now and then, that a long test is still running."""
     from _pytest.runner import runtestprotocol
 
     config = item.config
-    stacks = tempfile.NamedTemporaryFile(prefix="harness-stacks-", suffix=".txt", delete=False)  # noqa: SIM115
-    stacks.close()
+    # Stacks land in a folder: the test process's and its workers', one file each.
+    stacks_dir = tempfile.mkdtemp(prefix="harness-stacks-")
+    # The test process's own temporary files go in a folder of the test's, which
+    # goes with it however the test ends (an executor killed mid-test cannot clean up).
+    test_tmp = tempfile.mkdtemp(prefix="harness-test-")
     # Reports travel through a file, not a pipe: a worker the test forked (and
     # leaked) would inherit a pipe's write end and hold it open past the test.
     results = tempfile.NamedTemporaryFile(prefix="harness-reports-", suffix=".json", delete=False)  # noqa: SIM115
@@ -58,11 +78,13 @@ def run_isolated(item: pytest.Item, timeout_s: float) -> list[pytest.TestReport]
     if pid == 0:  # the child: run the test, write the reports, never return into pytest
         code = 0
         try:
+            if reaper is not None:
+                reaper.close_in_child()
             os.setpgid(0, 0)
-            with open(stacks.name, "w", encoding="utf-8") as dump:
-                # The parent asks for the stacks with SIGUSR1 before it kills us.
-                faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True)
-                reports = runtestprotocol(item, log=False, nextitem=None)
+            tempfile.tempdir = test_tmp
+            os.environ[STACKS_DIR_ENV] = stacks_dir  # workers of the built-in backends dump there too
+            register_stacks(stacks_dir)  # the parent asks with SIGUSR1 before it kills us
+            reports = runtestprotocol(item, log=False, nextitem=None)
             data = [config.hook.pytest_report_to_serializable(config=config, report=r) for r in reports]
             with open(results.name, "w", encoding="utf-8") as out:
                 json.dump(data, out)
@@ -70,23 +92,36 @@ def run_isolated(item: pytest.Item, timeout_s: float) -> list[pytest.TestReport]
             code = 3
         finally:
             os._exit(code)
-    status = _wait_child(pid, timeout_s)
-    timed_out = status is None
-    if timed_out:
-        try:
-            os.kill(pid, signal.SIGUSR1)
-            time.sleep(1.0)  # time to write the stacks
-        except ProcessLookupError:
-            pass
+    # Both sides set the group, so that it exists before either relies on it.
+    with contextlib.suppress(OSError):
+        os.setpgid(pid, pid)
+    if reaper is not None:
+        reaper.register(pid, [results.name, stacks_dir, test_tmp])
+    dumped = ""
+    try:
+        status = _wait_child(pid, timeout_s, item.nodeid, progress)
+        timed_out = status is None
+        if timed_out:
+            dumped = collect_stacks([pid, *_group_members(pid)], stacks_dir)
+            _kill_group(pid, settle_s=0)
+            _, status = os.waitpid(pid, 0)
+        leftover = _kill_group(pid)  # anything the test left in its group (workers) dies now
+    except BaseException:
+        # Ctrl-C (or any error here): the test and its workers go now, not later.
         _kill_group(pid, settle_s=0)
-        _, status = os.waitpid(pid, 0)
-    leftover = _kill_group(pid)  # anything the test left in its group (workers) dies now
-    with open(results.name, encoding="utf-8") as f:
-        raw = f.read()
-    os.unlink(results.name)
-    with open(stacks.name, encoding="utf-8", errors="replace") as f:
-        dumped = f.read()
-    os.unlink(stacks.name)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+        raise
+    finally:
+        with open(results.name, encoding="utf-8") as f:
+            raw = f.read()
+        os.unlink(results.name)
+        if not dumped:
+            dumped = collect_stacks([], stacks_dir)  # what the child dumped on its own
+        shutil.rmtree(stacks_dir, ignore_errors=True)
+        shutil.rmtree(test_tmp, ignore_errors=True)
+        if reaper is not None:
+            reaper.unregister(pid)
     if timed_out:
         return [
             _synthetic(
@@ -109,27 +144,39 @@ def run_isolated(item: pytest.Item, timeout_s: float) -> list[pytest.TestReport]
     return reports
 
 
-def _wait_child(pid: int, timeout_s: float) -> int | None:
-    """The child's wait status once it exits, or None after ``timeout_s`` s."""
-    deadline = time.monotonic() + timeout_s
-    pidfd_open = getattr(os, "pidfd_open", None)
-    if pidfd_open is not None:  # Linux: a blocking wait with a timeout
-        import select
+#: After this long, and as often again, a still-running test is named on the terminal.
+PROGRESS_EVERY_S = float(os.environ.get("HARNESS_PROGRESS_S") or 30.0)
 
-        fd = pidfd_open(pid)
-        try:
-            if not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+
+def _wait_child(
+    pid: int, timeout_s: float, nodeid: str = "", progress: Callable[[str], None] | None = None
+) -> int | None:
+    """The child's wait status once it exits, or None after ``timeout_s`` s."""
+    start = time.monotonic()
+    deadline = start + timeout_s
+    pidfd_open = getattr(os, "pidfd_open", None)
+    fd = pidfd_open(pid) if pidfd_open is not None else None
+    try:
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
                 return None
-        finally:
+            slice_s = min(deadline - now, PROGRESS_EVERY_S if progress else deadline - now)
+            if fd is not None:  # Linux: a blocking wait with a timeout
+                if select.select([fd], [], [], slice_s)[0]:
+                    return os.waitpid(pid, 0)[1]
+            else:  # elsewhere no blocking wait with a timeout exists: poll
+                end = now + slice_s
+                while time.monotonic() < end:
+                    done, status = os.waitpid(pid, os.WNOHANG)
+                    if done:
+                        return status
+                    time.sleep(0.05)
+            if progress is not None and time.monotonic() < deadline:
+                progress(f"[harness] still running after {time.monotonic() - start:.0f} s: {nodeid}")
+    finally:
+        if fd is not None:
             os.close(fd)
-        return os.waitpid(pid, 0)[1]
-    while True:  # elsewhere: no blocking wait with a timeout exists, so poll
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return status
-        if time.monotonic() >= deadline:
-            return None
-        time.sleep(0.05)
 
 
 def _kill_group(pgid: int, settle_s: float = 2.0) -> list[int]:

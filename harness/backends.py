@@ -40,11 +40,15 @@ __all__ = [
 
 ENTRY_POINT_GROUP = "harness.backends"
 
+#: The name this package is installed under (pyproject.toml); the import name is
+#: ``harness``, but the distribution called ``harness`` on PyPI is another project.
+DISTRIBUTION = "executor-harness"
+
 #: name -> (factory "module:attr", install hint when its module is missing)
 BUILTIN_BACKENDS: Mapping[str, tuple[str, str]] = {
     "uni": ("harness.executors.uniproc:create", ""),
     "mp": ("harness.executors.multiproc:create", ""),
-    "ray": ("harness.executors.ray:create", "pip install 'harness[ray]'"),
+    "ray": ("harness.executors.ray:create", f"pip install '{DISTRIBUTION}[ray]'"),
 }
 
 #: Optional capabilities a backend may declare missing, with the clause they belong to.

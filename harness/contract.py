@@ -1,4 +1,4 @@
-"""The executor contract of SPEC.md: the config, the protocol, the errors, the clause ids.
+"""The executor contract of docs/SPEC.md: the config, the protocol, the errors, the clause ids.
 
 Everything a backend and the conformance suite agree on lives here and nowhere
 else, so a backend written elsewhere needs this module alone.

@@ -44,7 +44,9 @@ from harness._plugin_options import (
     parse_options,
     variant_of,
 )
+from harness._reaper import Reaper
 from harness.backends import BUILTIN_BACKENDS, LoadedBackend, module_installed
+from harness.conformance._checks import bounded
 from harness.contract import CLAUSES, Executor, ExecutorConfig
 from harness.report import ClauseMatrix, machine_settings
 
@@ -54,7 +56,9 @@ matrix_key = pytest.StashKey[ClauseMatrix]()
 options_key = pytest.StashKey[Options]()
 sessions_key = pytest.StashKey["_Sessions"]()
 collector_key = pytest.StashKey[MatrixCollector]()
+reaper_key = pytest.StashKey[Reaper]()
 _gpus_missing_key = pytest.StashKey[str]()
+_SHUTDOWN_S = 30.0
 
 
 class _Sessions:
@@ -149,10 +153,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Leave the backends' run-wide sessions."""
+    """Leave the backends' run-wide sessions; let the reaper go."""
     sessions = config.stash.get(sessions_key, None)
     if sessions is not None:
         sessions.close()
+    reaper = config.stash.get(reaper_key, None)
+    if reaper is not None:
+        reaper.close()
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -241,7 +248,12 @@ def executor(
     try:
         yield ex
     finally:
-        ex.shutdown()
+        try:
+            # SPEC's own bound (C9): a shutdown that hangs fails here, not at the test's timeout.
+            bounded(ex.shutdown, _SHUTDOWN_S, f"{backend.name}: shutdown() after the test")
+        except AssertionError:
+            request.node.user_properties.append(("harness_leak", LEAK_CLAUSE))
+            raise
     # Processes, threads, shared memory, sockets; descriptors are C10's to judge.
     problems = leaks.wait_clean(before, timeout=10.0, fd_slack=None)
     if problems:
@@ -336,8 +348,17 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Start the one resource tracker the forked tests share."""
-    if session.config.stash[options_key].isolate:
+    """Start the reaper and the one resource tracker the forked tests share; put
+    the settings and the spec version into a JUnit report, when one is written."""
+    from _pytest.junitxml import xml_key
+
+    xml = session.config.stash.get(xml_key, None)
+    if xml is not None:
+        for key, value in session.config.stash[matrix_key].settings.items():
+            xml.add_global_property(f"harness {key}", str(value))
+    if session.config.stash[options_key].isolate and hasattr(os, "fork"):
+        # Whatever ends this process, the tests running then end with it.
+        session.config.stash[reaper_key] = Reaper()
         # One resource tracker for the whole run, started here: forked test
         # processes share it instead of each leaving one behind in its group.
         from multiprocessing import resource_tracker
@@ -363,7 +384,10 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return None
     ihook = item.ihook
     ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
-    for report in run_isolated(item, timeout_of(item, opts)):
+    reporter = item.config.pluginmanager.get_plugin("terminalreporter")
+    progress = None if reporter is None else lambda text: reporter.write_line(text, yellow=True)
+    reaper = item.config.stash.get(reaper_key, None)
+    for report in run_isolated(item, timeout_of(item, opts), reaper, progress):
         ihook.pytest_runtest_logreport(report=report)
     ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
     return True

@@ -180,3 +180,62 @@ class _LoadsBadly:
 def result_the_caller_cannot_unpickle(worker: Any) -> Any:
     """A result that pickles in the worker and fails to unpickle in the caller."""
     return _LoadsBadly()
+
+
+# ---- worker death, hung workers (C8, C9) ----------------------------------------
+
+
+def all_reduce_without_rank(worker: Any, absent: int, marker_dir: str, keep_blocking: bool) -> list[float]:
+    """Every rank but ``absent`` blocks in an all_reduce that ``absent`` never joins.
+
+    All ranks first meet in a barrier, then leave a file ``rank-<r>`` in
+    ``marker_dir`` (so the caller knows the collective is under way); ``absent``
+    then sleeps until it is killed. gloo fails the others' all_reduce once a peer
+    dies; with ``keep_blocking`` they stay blocked instead, as ranks in a NCCL
+    collective do when a peer dies: no survivor ever replies.
+    """
+    import threading
+    from pathlib import Path
+
+    import torch
+    import torch.distributed as dist
+
+    dist.barrier()
+    Path(marker_dir, f"rank-{worker.rank}").touch()
+    if worker.rank == absent:
+        time.sleep(3600)
+    t = torch.ones(1)
+    try:
+        dist.all_reduce(t)
+    except Exception:
+        if not keep_blocking:
+            raise
+        threading.Event().wait()
+    return [float(x) for x in t.tolist()]
+
+
+def hang_in_native_code_on_rank(worker: Any, rank: int, marker: str) -> int:
+    """On ``rank``: ignore SIGTERM, leave the file ``marker``, then block for good
+    in a C call (a read from a pipe nobody writes). Other ranks return at once.
+
+    SIGTERM is ignored through libc, process-wide, so that it holds whichever
+    thread the worker runs calls on (Python's ``signal.signal`` needs the main
+    thread). Only SIGKILL, or the worker's own exit from another thread, ends it.
+    """
+    if worker.rank != rank:
+        return int(worker.rank)
+    import ctypes
+    import signal
+    from pathlib import Path
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.signal.restype = ctypes.c_void_p
+    libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    sig_ign = 1
+    if libc.signal(int(signal.SIGTERM), sig_ign) == ctypes.c_void_p(-1).value:
+        raise OSError(ctypes.get_errno(), "signal(SIGTERM, SIG_IGN) failed")
+    read_end, write_end = os.pipe()  # write_end stays open in this frame: the read never ends
+    Path(marker).touch()
+    os.read(read_end, 1)
+    os.close(write_end)
+    return int(worker.rank)

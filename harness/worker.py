@@ -29,6 +29,7 @@ from datetime import timedelta
 from multiprocessing.connection import Connection
 from typing import Any, NamedTuple
 
+from harness._stacks import register_from_env as register_stacks_from_env
 from harness.futures import Reply
 from harness.shm import RingHandle, RingReader, RingWriter
 
@@ -217,6 +218,7 @@ def worker_main(
         os.close(fd)
     threading.Thread(target=_watch_parent, args=(death_r.fileno(),), name="harness-parent-watch", daemon=True).start()
     os.environ.update(spec.env)
+    register_stacks_from_env()  # a hung test's stacks include this worker's
     os.set_blocking(notify_w.fileno(), False)
     replies = _ReplyChannel(spec.reply_ring, notify_w.fileno())
     try:

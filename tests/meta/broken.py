@@ -448,6 +448,266 @@ class NoParentWatch:
 no_parent_watch = NoParentWatch
 
 
+# ---- worker death, hung workers, shutdown (C8-C12; branch faults-processes) -----------
+
+
+class DeathSeenOnlyByCalls(_Wrapper):
+    """C8: no monitor: the failure callbacks run only when a call or check_health()
+    meets the death, so a worker dying while the executor is idle goes unnoticed."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        self._lock = threading.Lock()
+        self._callbacks: list[Any] = []
+        self._failed = False
+
+    def register_failure_callback(self, callback: Any) -> None:
+        self._callbacks.append(callback)
+
+    def _seen(self, error: BaseException | None) -> None:
+        from harness.contract import WorkerDiedError
+
+        if not isinstance(error, WorkerDiedError):
+            return
+        with self._lock:
+            callbacks, self._callbacks = ([] if self._failed else self._callbacks), []
+            self._failed = True
+        for callback in callbacks:
+            callback()
+
+    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
+        try:
+            out = super().collective_rpc(*a, **kw)
+        except Exception as exc:
+            self._seen(exc)
+            raise
+        if kw.get("non_block"):
+            out.add_done_callback(lambda f: self._seen(f.exception()))
+        return out
+
+    def check_health(self) -> None:
+        try:
+            super().check_health()
+        except Exception as exc:
+            self._seen(exc)
+            raise
+
+
+class FirstCallbackOnly(_Wrapper):
+    """C8: only the first registered failure callback is kept; later ones never run."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        self._registered = False
+
+    def register_failure_callback(self, callback: Any) -> None:
+        if not self._registered:
+            self._registered = True
+            super().register_failure_callback(callback)
+
+
+def _rank_order_worker(conn: Any, rank: int, world_size: int, store_path: str) -> None:
+    import functools
+
+    from harness.worker import Worker, init_distributed
+
+    init_distributed(rank, world_size, "cpu", "gloo", store_path, 60.0)
+    worker = Worker(rank, world_size, "cpu")
+    conn.send(os.getpid())
+    while True:
+        try:
+            request = conn.recv()
+        except EOFError:
+            os._exit(0)
+        if request is None:
+            os._exit(0)
+        method, args, kwargs = request
+        try:
+            fn = getattr(worker, method) if isinstance(method, str) else functools.partial(method, worker)
+            conn.send((True, fn(*args, **(kwargs or {}))))
+        except Exception as exc:  # noqa: BLE001 - handed to the caller
+            conn.send((False, f"rank {rank}: {exc!r}"))
+
+
+class RankOrderReplies:
+    """C8: replies are read rank by rank, each with a blocking read, and a dead rank
+    is noticed only when its own pipe is read: a rank left blocked in a collective
+    with the dead one holds the call for good. (Its callbacks run only when a call
+    meets a death, too; only C8's collective check is run against it.)"""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        import multiprocessing
+        import tempfile
+
+        ctx = multiprocessing.get_context(config.start_method)
+        self.world_size = config.world_size
+        self._tmp = tempfile.mkdtemp(prefix="harness-broken-")
+        self._callbacks: list[Any] = []
+        self._closed = False
+        pipes = [ctx.Pipe() for _ in range(config.world_size)]
+        self._conns = [a for a, _ in pipes]
+        store = f"{self._tmp}/store"
+        self._procs = [
+            ctx.Process(target=_rank_order_worker, args=(b, r, config.world_size, store), daemon=True)  # type: ignore[attr-defined]
+            for r, (_, b) in enumerate(pipes)
+        ]
+        for p in self._procs:
+            p.start()
+        for _, b in pipes:
+            b.close()
+        for c in self._conns:
+            c.recv()
+
+    def _died(self, rank: int) -> RuntimeError:
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+        return RuntimeError(f"rank {rank}: worker died")
+
+    def collective_rpc(
+        self,
+        method: Any,
+        timeout: Any = None,
+        args: Any = (),
+        kwargs: Any = None,
+        non_block: bool = False,
+        unique_reply_rank: Any = None,
+    ) -> Any:
+        if self._closed:
+            raise RuntimeError("the executor was shut down")
+        for rank, c in enumerate(self._conns):
+            try:
+                c.send((method, args, kwargs))
+            except OSError:
+                raise self._died(rank) from None
+        out = []
+        for rank, c in enumerate(self._conns):
+            try:
+                ok, value = c.recv()
+            except (EOFError, OSError):
+                raise self._died(rank) from None
+            if not ok:
+                raise RuntimeError(value)
+            out.append(value)
+        return out if unique_reply_rank is None else out[unique_reply_rank]
+
+    def check_health(self) -> None:
+        for rank, p in enumerate(self._procs):
+            if not p.is_alive():
+                raise self._died(rank)
+
+    def register_failure_callback(self, callback: Any) -> None:
+        self._callbacks.append(callback)
+
+    def shutdown(self) -> None:
+        import shutil
+
+        if self._closed:
+            return
+        self._closed = True
+        for p in self._procs:
+            p.kill()
+            p.join()
+        for c in self._conns:
+            c.close()
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+class _TimeoutlessFuture(concurrent.futures.Future):  # type: ignore[type-arg]
+    """Waits only without a timeout: ``result(timeout)`` and ``exception(timeout)`` are not implemented."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__()
+        inner.add_done_callback(self._copy)
+
+    def _copy(self, inner: Any) -> None:
+        error = inner.exception()
+        if error is not None:
+            self.set_exception(error)
+        else:
+            self.set_result(inner.result())
+
+    def result(self, timeout: Any = None) -> Any:
+        if timeout is not None:
+            raise NotImplementedError("result(timeout) is not supported")
+        return super().result()
+
+    def exception(self, timeout: Any = None) -> Any:
+        if timeout is not None:
+            raise NotImplementedError("exception(timeout) is not supported")
+        return super().exception()
+
+
+class FuturesWithoutTimeout(_Wrapper):
+    """C4 only: futures reject a timeout. Meets C8 otherwise: C8 must keep its own verdict (pass)."""
+
+    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
+        out = super().collective_rpc(*a, **kw)
+        return _TimeoutlessFuture(out) if kw.get("non_block") else out
+
+
+class ShutdownBySigterm(_Wrapper):
+    """C9: shutdown() sends each worker SIGTERM and waits for it to exit, without a
+    bound: a worker that ignores SIGTERM holds shutdown() for good."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        self._stopped = False
+
+    def shutdown(self) -> None:
+        if not self._stopped:
+            self._stopped = True
+            procs = [p for p in self.inner._group.processes if p.exitcode is None]  # type: ignore[attr-defined]
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                p.join()
+        super().shutdown()
+
+
+death_seen_only_by_calls = DeathSeenOnlyByCalls
+first_callback_only = FirstCallbackOnly
+rank_order_replies = RankOrderReplies
+futures_without_timeout = FuturesWithoutTimeout
+shutdown_by_sigterm = ShutdownBySigterm
+
+
+class HangsAfterShutdown(_Wrapper):
+    """C9: a call after shutdown() blocks for good instead of raising."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        self._stopped = threading.Event()
+
+    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
+        if self._stopped.is_set():
+            threading.Event().wait()
+        return super().collective_rpc(*a, **kw)
+
+    def shutdown(self) -> None:
+        self._stopped.set()
+        super().shutdown()
+
+
+class HealthCheckHangsAfterADeath(_Wrapper):
+    """C8: once a worker has died, check_health() blocks for good instead of raising."""
+
+    def check_health(self) -> None:
+        if self.inner._group.failure.error is not None:
+            threading.Event().wait()
+        super().check_health()
+
+
+hangs_after_shutdown = HangsAfterShutdown
+health_check_hangs_after_a_death = HealthCheckHangsAfterADeath
+
+
 # ---- processes the executor started (C9 leaks, C13, C23), C23 in a network namespace ----
 # Helpers that leave the caller's process tree, found only by what they inherit.
 

@@ -37,6 +37,11 @@ CASES = [
     ("ignores_init_failure", "C22", "c22_ and last"),
     ("listens_everywhere", "C23", "c23_"),
     ("no_parent_watch", "C13", "c13_"),
+    # worker death, hung workers, shutdown (branch faults-processes)
+    ("death_seen_only_by_calls", "C8", "c8_a_worker_dying_while_idle"),
+    ("first_callback_only", "C8", "c8_a_worker_dying_mid_call"),
+    ("rank_order_replies", "C8", "c8_a_rank_killed_inside_a_collective and stay_blocked"),
+    ("shutdown_by_sigterm", "C9", "c9_shutdown_is_bounded_with_a_worker_hung"),
     # processes the executor started, found by what they inherit (C9 leak check, C13, C23)
     ("detached_helper", "C13", "c13_"),
     ("scrubbed_helper", "C13", "c13_"),
@@ -93,3 +98,75 @@ def test_the_reference_backend_passes_the_same_checks(tmp_path: Path) -> None:
     code, report = conform("mp", k, tmp_path)
     failed = report["failed"]
     assert code == 0 and not failed, f"mp failed {failed}"
+
+
+# ---- worker death, hung workers, shutdown (C8-C12; branch faults-processes) -----------
+
+
+def _conform_output(backend: str, world_size: int, k: str, tmp_path: Path) -> tuple[int, dict[str, object], str]:
+    """Like ``conform``, at any world size, with the run's output too."""
+    report = tmp_path / "report.json"
+    args = ["--backend", backend, "--world-size", str(world_size), "--start-method", "spawn", "-k", k]
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "conform", *args, "--report-json", str(report), "--timeout", "120"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    output = proc.stdout + proc.stderr
+    assert report.exists(), f"no report written; output:\n{output[-6000:]}"
+    return proc.returncode, json.loads(report.read_text()), output
+
+
+def _outcomes(report: dict[str, object], clause: str) -> dict[str, str]:
+    return {col: cell["outcome"] for col, cell in report["clauses"][clause].items()}  # type: ignore[index]
+
+
+# A backend that hangs fails the clause on the suite's own watchdog, within seconds,
+# with the wait named: not on the run's per-test timeout.
+HANGS = [
+    ("hangs_after_shutdown", "C9", "c9_shutdown_of_an_idle", "a call after shutdown() did not return within 5 s"),
+    (
+        "health_check_hangs_after_a_death",
+        "C8",
+        "c8_a_worker_dying_while_idle",
+        "check_health() after rank 1 died did not return within 10 s",
+    ),
+    (
+        "shutdown_by_sigterm",
+        "C9",
+        "c9_shutdown_from_another_thread",
+        "hung in native code did not return within 30 s",
+    ),
+]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(("factory", "clause", "k", "message"), HANGS, ids=[f"{c[1]}-{c[0]}" for c in HANGS])
+def test_a_backend_that_hangs_fails_the_clause_within_seconds_named(
+    factory: str, clause: str, k: str, message: str, tmp_path: Path
+) -> None:
+    code, report, output = _conform_output(f"tests.meta.broken:{factory}", 2, k, tmp_path)
+    outcomes = _outcomes(report, clause)
+    assert code != 0 and "FAIL" in outcomes.values(), f"{clause} is {outcomes} for {factory}, expected FAIL"
+    assert message in output, f"the failure does not say {message!r}; output:\n{output[-4000:]}"
+
+
+@pytest.mark.timeout(600)
+def test_c8_keeps_its_own_verdict_when_futures_reject_a_timeout(tmp_path: Path) -> None:
+    """A C4 gap (``result(timeout)`` not implemented) is no C8 failure, nor a C8 pass
+    earned by the stub's error: the backend meets C8, and C8 reads pass."""
+    _, report, output = _conform_output("tests.meta.broken:futures_without_timeout", 2, "c8_", tmp_path)
+    outcomes = _outcomes(report, "C8")
+    assert outcomes and set(outcomes.values()) == {"pass"}, f"C8 is {outcomes}, expected pass; {output[-3000:]}"
+
+
+@pytest.mark.timeout(600)
+def test_c12_is_not_applicable_where_every_rank_runs_in_the_caller(tmp_path: Path) -> None:
+    _, report, output = _conform_output("uni", 1, "c12_", tmp_path)
+    outcomes = _outcomes(report, "C12")
+    assert outcomes and set(outcomes.values()) == {"not applicable"}, (
+        f"C12 is {outcomes} for uni, expected not applicable; {output[-3000:]}"
+    )

@@ -157,6 +157,21 @@ def every_time(config):
     threading.Thread(target=_park, name="leaked-by-every-executor", daemon=True).start()
     return ex
 
+class _HangsInShutdown:
+    def __init__(self, inner):
+        self._inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def shutdown(self):
+        threading.Event().wait()
+
+
+def hangs_in_shutdown(config):
+    return _HangsInShutdown(_create(config))
+
+
 _started = []
 
 def first_start(config):
@@ -208,3 +223,12 @@ def test_markdown_and_json_reports_show_the_outcomes(pytester: pytest.Pytester, 
     text = md.read_text()
     for row in ("| C5 | blocked by C4 |", "| C13 | not applicable |", "| C1 | not run |", "| C3 | FAIL |"):
         assert row in text, f"{row!r} missing from\n{text}"
+
+
+def test_a_shutdown_that_hangs_after_a_test_fails_c9_within_its_bound(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(leaky=LEAKY_BACKENDS, test_leak=LEAK_SUITE)
+    args = ("--backend", "leaky:hangs_in_shutdown", "--world-size", "1", "--harness-timeout", "200")
+    result, outcomes = _report(pytester, *args, "-p", "no:cacheprovider")
+    col = "leaky:hangs_in_shutdown ws1 cpu"
+    assert outcomes["C1"][col] == "pass" and outcomes["C9"][col] == "FAIL", outcomes
+    result.stdout.fnmatch_lines(["*C9*shutdown() after the test did not return within 30 s*"])

@@ -40,6 +40,7 @@ def test_a_hung_test_is_killed_with_its_workers_reported_and_the_run_goes_on(
 ) -> None:
     tag = os.urandom(8).hex()
     monkeypatch.setenv("HARNESS_META_TAG", tag)
+    monkeypatch.setenv("HARNESS_PROGRESS_S", "5")
     pytester.makepyfile(test_hung=HUNG)
     result = pytester.runpytest_subprocess(
         "--backend",
@@ -55,7 +56,10 @@ def test_a_hung_test_is_killed_with_its_workers_reported_and_the_run_goes_on(
     )
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*test_hangs*timed out after 20 s*killed with its process group*"])
+    result.stdout.fnmatch_lines(["*[[]harness[]] still running after 5 s: test_hung.py::test_hangs*"])
     result.stdout.fnmatch_lines(["*Stacks at the timeout*"])
+    # The hang is in the workers: their stacks are there too, down to the probe they run.
+    result.stdout.fnmatch_lines(["*harness/probes.py*in sleep*"])
     result.stdout.fnmatch_lines(["C1*FAIL*"])
     time.sleep(0.5)
     left = _tagged(tag)
@@ -166,7 +170,7 @@ def test_ray_marked_tests_skip_with_the_install_command_where_ray_is_missing(pyt
     pytester.makeconftest("import sys\nsys.modules['ray'] = None\n")
     result = pytester.runpytest_subprocess("--backend", "mp", "-rs", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, skipped=1)
-    result.stdout.fnmatch_lines(["*ray is not installed; install it with: pip install 'harness?ray?'*"])
+    result.stdout.fnmatch_lines(["*ray is not installed; install it with: pip install 'executor-harness?ray?'*"])
 
 
 def test_backend_world_sizes_from_the_ini_apply_unless_world_sizes_are_given(pytester: pytest.Pytester) -> None:

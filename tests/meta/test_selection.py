@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -142,3 +145,31 @@ def test_reports_are_written_when_nothing_ran_and_their_folder_is_checked_first(
     bad = pytester.runpytest_subprocess("--harness-backend", "uni", *UNI_1, "--report-json", missing)
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
     bad.stderr.fnmatch_lines(["ERROR: Invalid --harness-report-json '*r.json': the folder '*folder' does not exist"])
+
+
+def _conform(cwd: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "harness", "conform", "--backend", "uni", "--world-size", "1", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+
+
+def test_conform_ignores_the_current_folders_pytest_configuration(tmp_path: Path) -> None:
+    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = --cov=nothing --no-such-option\nfilterwarnings = error\n")
+    (tmp_path / "conftest.py").write_text("raise RuntimeError('this folder's conftest is not the suite's')\n")
+    done = _conform(str(tmp_path), "--clause", "C1")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "C1                 pass" in done.stdout
+
+
+def test_conform_passes_pytest_arguments_through_and_names_each_test(tmp_path: Path) -> None:
+    junit = tmp_path / "junit.xml"
+    done = _conform(str(tmp_path), "--clause", "C1", "-x", f"--junitxml={junit}")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "test_c1_blocking_call_returns_one_entry_per_rank[uni-ws1-spawn] PASSED" in done.stdout
+    text = junit.read_text()
+    assert 'name="harness spec"' in text and "test_c1_blocking_call" in text, text[:2000]

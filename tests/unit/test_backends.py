@@ -134,7 +134,7 @@ def test_builtin_backends_are_available() -> None:
 def test_ray_without_ray_installed_is_unavailable_with_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)  # what a missing package looks like to import
     monkeypatch.delitem(sys.modules, "harness.executors.ray", raising=False)
-    with pytest.raises(BackendUnavailableError, match=r"pip install 'harness\[ray\]'") as info:
+    with pytest.raises(BackendUnavailableError, match=r"pip install 'executor-harness\[ray\]'") as info:
         load_backend("ray")
     assert "backend 'ray' is not available" in str(info.value)
 

@@ -1,13 +1,22 @@
-"""`python -m harness conform` passes its settings to a fresh pytest."""
+"""The command line: `conform` passes its settings to a fresh pytest, `bench`
+checks its arguments, `--version` names the harness and the spec."""
 
 from __future__ import annotations
 
+import importlib.metadata
+import os
+import shutil
 import subprocess
+import sys
 from typing import Any
 
 import pytest
 
+import harness
+import harness.bench
 from harness.__main__ import main
+from harness.backends import DISTRIBUTION
+from harness.contract import SPEC_VERSION
 
 
 @pytest.fixture
@@ -40,3 +49,102 @@ def test_conform_world_sizes_from_the_command_line_or_the_environment(
     monkeypatch.setenv("HARNESS_WORLD_SIZE", "4")
     main(["conform", "--backend", "mp"])
     assert [_flag(argv, "--world-size") for argv in calls] == ["2", "4"]
+
+
+# --------------------------------------------------------------------------- --version
+
+
+def test_version_prints_the_harness_and_the_spec_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"harness {harness.__version__} ({DISTRIBUTION}), spec {SPEC_VERSION}"
+
+
+def test_the_version_is_the_installed_distributions() -> None:
+    try:
+        installed = importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip(f"{DISTRIBUTION} is not installed (harness taken from PYTHONPATH)")
+    assert harness.__version__ == installed
+
+
+@pytest.mark.parametrize("command", [[sys.executable, "-m", "harness"], ["harness"]], ids=["python -m", "script"])
+def test_version_from_the_command_line(command: list[str]) -> None:
+    if command == ["harness"]:
+        script = shutil.which("harness", path=os.path.dirname(sys.executable))
+        if script is None:
+            pytest.skip("the harness console script is not installed next to this interpreter")
+        command = [script]
+    done = subprocess.run([*command, "--version"], capture_output=True, text=True, timeout=60, check=False)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == f"harness {harness.__version__} ({DISTRIBUTION}), spec {SPEC_VERSION}\n"
+
+
+# --------------------------------------------------------------------------- bench arguments
+
+
+@pytest.fixture
+def bench_runs(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    seen: list[dict[str, Any]] = []
+
+    def fake_run(**kwargs: Any) -> dict[str, Any]:
+        seen.append(kwargs)
+        return {}
+
+    monkeypatch.setattr(harness.bench, "run", fake_run)
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--world-size", "0"], "argument --world-size: expected comma-separated integers >= 1, got '0'"),
+        (["--world-size", "abc"], "argument --world-size: expected comma-separated integers >= 1, got 'abc'"),
+        (["--world-size", "1,-2"], "argument --world-size: expected comma-separated integers >= 1, got '1,-2'"),
+        (["--world-size", "2,"], "argument --world-size: expected comma-separated integers >= 1, got '2,'"),
+        (["--world-size", ""], "argument --world-size: expected comma-separated integers >= 1, got ''"),
+        (["--iters", "0"], "argument --iters: expected an integer >= 1, got '0'"),
+        (["--iters", "-5"], "argument --iters: expected an integer >= 1, got '-5'"),
+        (["--iters", "abc"], "argument --iters: expected an integer >= 1, got 'abc'"),
+        (["--iters", "1.5"], "argument --iters: expected an integer >= 1, got '1.5'"),
+        (["--backend", "nosuch"], "argument --backend: unknown backend 'nosuch'"),
+        (["--backend", "uni", "--world-size", "1,2"], "argument --world-size: backend 'uni' runs world sizes 1, got 2"),
+        (["--json", "/nonexistent/figures.json"], "argument --json: cannot write '/nonexistent/figures.json'"),
+    ],
+)
+def test_bench_refuses_bad_arguments_in_one_line_naming_the_option_and_value(
+    args: list[str], error: str, bench_runs: list[dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["bench", *args])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    last = err.rstrip("\n").splitlines()[-1]
+    assert last.startswith(f"python -m harness bench: error: {error}"), err
+    assert "Traceback" not in err
+    assert bench_runs == []
+
+
+def test_bench_world_size_zero_exits_at_once_instead_of_hanging() -> None:
+    # The finding: `bench --world-size 0` waited forever for replies from no worker.
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "bench", "--world-size", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1] == (
+        "python -m harness bench: error: argument --world-size: expected comma-separated integers >= 1, got '0'"
+    )
+
+
+def test_bench_passes_valid_arguments_on(bench_runs: list[dict[str, Any]]) -> None:
+    assert main(["bench", "--backend", "mp", "--world-size", "1, 2", "--iters", "7"]) == 0
+    assert main(["bench", "--quick"]) == 0
+    assert bench_runs == [
+        {"backends": ["mp"], "world_sizes": [1, 2], "iters": 7, "idle_s": 5.0},
+        {"backends": ["mp"], "world_sizes": [1, 2, 4], "iters": 500, "idle_s": 2.0},
+    ]

@@ -1,0 +1,93 @@
+"""A run that ends early ends everything it started: Ctrl-C, SIGTERM or SIGKILL of
+pytest in the middle of a test leaves no process, shared-memory segment or
+temporary file of the run behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from harness.conformance._checks import wait_until
+
+pytestmark = pytest.mark.timeout(300)
+
+HANGS = """
+import pytest
+from harness import probes
+
+@pytest.mark.clause("C1")
+def test_hangs(executor):
+    executor.collective_rpc(probes.sleep, args=(3600,))
+"""
+
+
+def _tagged(tag: str) -> list[int]:
+    """Processes whose environment carries ``tag``: the run's own, wherever they were reparented."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("HARNESS_META_TAG") == tag:
+                found.append(proc.pid)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def _mapped_shm(pids: list[int]) -> set[str]:
+    names = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as maps:
+                names |= {line.split("/dev/shm/")[1].split()[0] for line in maps if "/dev/shm/" in line}
+        except OSError:
+            continue
+    return names
+
+
+@pytest.mark.parametrize(
+    "signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["SIGINT", "SIGTERM", "SIGKILL"]
+)
+def test_killing_pytest_mid_test_takes_the_test_and_its_workers_along(tmp_path: Path, signum: int) -> None:
+    (tmp_path / "test_hangs.py").write_text(HANGS)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    tag = os.urandom(8).hex()
+    env = dict(os.environ, HARNESS_META_TAG=tag, TMPDIR=str(tmp), PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    args = ["--harness-backend", "mp", "--harness-world-size", "2", "--harness-start-method", "spawn"]
+    run = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "test_hangs.py", *args, "-p", "no:cacheprovider"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        # pytest, the resource tracker, the test process and two workers (and the reaper).
+        assert wait_until(lambda: len(_tagged(tag)) >= 5, 120), f"the run did not start its workers: {_tagged(tag)}"
+        time.sleep(2.0)  # the workers are in the call by now
+        before = _tagged(tag)
+        segments = _mapped_shm(before)
+        assert segments, "expected the mp workers to map shared memory"
+        run.send_signal(signum)
+        gone = wait_until(lambda: not _tagged(tag), 10)
+        left = _tagged(tag)
+    finally:
+        for pid in _tagged(tag):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        run.wait(30)
+    assert gone, f"processes of the run left 10 s after {signal.Signals(signum).name}: {left}"
+    assert wait_until(lambda: not [s for s in segments if os.path.exists(f"/dev/shm/{s}")], 5), (
+        f"shared memory left: {[s for s in segments if os.path.exists(f'/dev/shm/{s}')]}"
+    )
+    leftovers = [p.name for p in tmp.iterdir()]
+    assert not [n for n in leftovers if n.startswith("harness-")], f"temporary files left: {leftovers}"
