@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,6 +44,14 @@ def reap() -> Iterator[list[int]]:
             pass
 
 
+def _fork() -> int:
+    # The child only writes to a pipe or sleeps: safe with pytest's threads
+    # (Python 3.12+ warns about fork in a threaded process, an error here).
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return os.fork()
+
+
 def _wait_for_pid(path: Path) -> int:
     deadline = time.monotonic() + 30
     while not path.exists():
@@ -60,7 +69,7 @@ def test_tag_is_stable_within_a_process_and_set_in_its_environment() -> None:
 def test_a_forked_child_gets_a_tag_of_its_own() -> None:
     parent = leaks.tag()
     r, w = os.pipe()
-    pid = os.fork()
+    pid = _fork()
     if pid == 0:
         try:
             os.write(w, leaks.tag().encode())
@@ -87,7 +96,7 @@ def test_an_exec_ed_process_that_left_the_tree_is_found_by_its_environment(tmp_p
 def test_a_forked_process_that_left_the_tree_is_found_by_its_marker(reap: list[int]) -> None:
     tag = leaks.tag()
     r, w = os.pipe()
-    pid = os.fork()
+    pid = _fork()
     if pid == 0:
         try:
             os.setsid()
