@@ -39,7 +39,7 @@ def _flag(argv: list[str], flag: str) -> str:
 def test_conform_runs_its_documented_world_sizes_whatever_the_ini_says(calls: list[list[str]]) -> None:
     assert main(["conform", "--backend", "ray"]) == 0
     assert _flag(calls[0], "--harness-world-size") == "1,2,4"
-    assert _flag(calls[0], "--backend") == "ray"
+    assert _flag(calls[0], "--harness-backend") == "ray"
 
 
 def test_conform_world_sizes_from_the_command_line_or_the_environment(
