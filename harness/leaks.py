@@ -105,8 +105,10 @@ def _current_tag() -> str | None:
     return _tag_state[1] if _tag_state is not None and _tag_state[0] == os.getpid() else None
 
 
-def tagged(value: str) -> set[int]:
-    """Pids of the live processes (this one aside) that carry the tag ``value``."""
+def tagged(value: str, prefix: bool = False) -> set[int]:
+    """Pids of the live processes (this one aside) that carry the tag ``value``
+    (with ``prefix``: any tag that starts with it, e.g. ``"<pid>-"`` for the tags
+    process ``pid`` set)."""
     if not os.path.isdir("/proc"):
         return set()
     needle = f"{TAG_ENV}={value}".encode()
@@ -118,7 +120,8 @@ def tagged(value: str) -> set[int]:
             continue
         try:
             with open(f"/proc/{entry}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):
+                entries = f.read().split(b"\0")
+                if needle in entries or (prefix and any(e.startswith(needle) for e in entries)):
                     out.add(int(entry))
                     continue
         except OSError:  # gone, or another user's
