@@ -23,8 +23,9 @@ from collections.abc import Callable
 
 import pytest
 
+from harness import leaks
 from harness._plugin_options import Options
-from harness._reaper import Reaper
+from harness._reaper import Reaper, reap
 from harness._stacks import STACKS_DIR_ENV
 from harness._stacks import collect as collect_stacks
 from harness._stacks import register as register_stacks
@@ -81,6 +82,9 @@ def run_isolated(
             if reaper is not None:
                 reaper.close_in_child()
             os.setpgid(0, 0)
+            # Whatever this test starts carries a tag that begins with this pid:
+            # the reaper finds it even where it left the group (setsid).
+            leaks.tag()
             tempfile.tempdir = test_tmp
             os.environ[STACKS_DIR_ENV] = stacks_dir  # workers of the built-in backends dump there too
             register_stacks(stacks_dir)  # the parent asks with SIGUSR1 before it kills us
@@ -107,8 +111,8 @@ def run_isolated(
             _, status = os.waitpid(pid, 0)
         leftover = _kill_group(pid)  # anything the test left in its group (workers) dies now
     except BaseException:
-        # Ctrl-C (or any error here): the test and its workers go now, not later.
-        _kill_group(pid, settle_s=0)
+        # Ctrl-C (or any error here): the test and all it started go now, not later.
+        reap(pid, [])
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
         raise

@@ -102,10 +102,18 @@ def _mapped_segments(pids: list[int]) -> set[str]:
 
 
 def reap(pgid: int, paths: list[str]) -> None:
-    """Kill a test's whole group; remove its shared memory and temporary files."""
-    segments = _mapped_segments(_members(pgid))
+    """Kill a test's whole group, and what its processes started that left the
+    group (found by the tag the test process set: ``leaks.tag``); remove their
+    shared memory and the test's temporary files."""
+    from harness import leaks
+
+    escaped = leaks.tagged(f"{pgid}-", prefix=True)
+    segments = _mapped_segments([*_members(pgid), *escaped])
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
+    for pid in escaped:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + _SETTLE_S
     while _members(pgid) and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -7,7 +7,9 @@ declarations the suite reads:
   not honour (reported apart from failures);
 - ``world_sizes``: the world sizes it can run (default: any);
 - ``start_methods``: the start methods that mean something to it (default:
-  spawn and fork; a backend that starts no process of its own names one);
+  all of ``START_METHODS``, spawn, fork and forkserver; a backend that starts
+  no process of its own, or whose runtime starts them, names one); the suite
+  runs a variant per start method the backend names;
 - ``session``: a callable returning a context manager that provides what the
   backend's executors share for a whole run (a Ray cluster) and yields the
   environment variables that point them at it. The suite enters it once, in

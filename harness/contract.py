@@ -33,7 +33,7 @@ __all__ = [
 SPEC_VERSION = "2026-11-30"
 
 DEVICES = ("cpu", "cuda")
-START_METHODS = ("spawn", "fork")
+START_METHODS = ("spawn", "fork", "forkserver")
 DIST_BACKENDS = ("gloo", "nccl", "mpi", "ucc")
 
 #: Clause id -> one-line summary, as in SPEC.md. Ids are stable.

@@ -1,18 +1,51 @@
-"""What a process holds that an executor could leak: children, threads, shared
-memory, listening sockets, file descriptors. Snapshots taken before and after a
-test are compared by the plugin; nothing here knows any backend's internals.
+"""What a process holds that an executor could leak: the processes it started,
+threads, shared memory, listening sockets, file descriptors. Snapshots taken
+before and after a test are compared by the plugin; nothing here knows any
+backend's internals.
+
+The processes an executor started are found by what they inherit from the
+caller, not by what the backend reports: the caller's descendants, and every
+process that carries the caller's *tag* (:func:`tag`), also one that left the
+tree (a new session, a double fork): the tag is an environment variable, read
+back from ``/proc/<pid>/environ`` (which shows the environment a process was
+exec'ed with), plus a marker descriptor for children forked without an exec
+(whose ``environ`` still shows the caller's original environment). A backend
+whose processes inherit neither (Ray's actors are started by its raylet) is
+judged on the pids its workers report, which callers add to the set.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import psutil
 
-__all__ = ["Snapshot", "baseline", "diff", "listening_sockets", "shm_segments", "snapshot", "wait_clean"]
+__all__ = [
+    "TAG_ENV",
+    "Snapshot",
+    "baseline",
+    "describe",
+    "diff",
+    "listening_sockets",
+    "mapped_outside",
+    "new_tag",
+    "shm_mapped_by",
+    "shm_segments",
+    "snapshot",
+    "started_by",
+    "tag",
+    "tagged",
+    "wait_clean",
+]
+
+#: The environment variable that marks the processes started from a tagged caller.
+TAG_ENV = "HARNESS_LEAK_TAG"
+_MARKER_PREFIX = "harness-tag-"
 
 _SHM_DIR = "/dev/shm"
 _LOOPBACK_PREFIXES = ("127.", "::1", "::ffff:127.")
@@ -36,6 +69,126 @@ def shm_segments() -> set[str]:
     return out
 
 
+# (pid that set it, the tag, its marker descriptor)
+_tag_state: tuple[int, str, int | None] | None = None
+
+
+def new_tag() -> str:
+    """A fresh tag, for a caller this process starts itself (pass it as ``TAG_ENV``)."""
+    return f"{os.getpid()}-{secrets.token_hex(8)}"
+
+
+def tag() -> str:
+    """Tag this process, so that every process started from it from now on can be
+    found (:func:`tagged`); returns the tag. Idempotent within a process; a
+    forked child (each isolated test) gets a tag of its own on its first call."""
+    global _tag_state
+    if _tag_state is not None and _tag_state[0] == os.getpid():
+        return _tag_state[1]
+    if _tag_state is not None and _tag_state[2] is not None:
+        try:  # the parent's marker: what this process starts is not the parent's
+            os.close(_tag_state[2])
+        except OSError:
+            pass
+    value = new_tag()
+    marker: int | None = None
+    memfd_create = getattr(os, "memfd_create", None)
+    if memfd_create is not None:
+        # Close-on-exec: an exec'ed child carries the environment variable instead.
+        marker = memfd_create(_MARKER_PREFIX + value, getattr(os, "MFD_CLOEXEC", 1))
+    os.environ[TAG_ENV] = value
+    _tag_state = (os.getpid(), value, marker)
+    return value
+
+
+def _current_tag() -> str | None:
+    return _tag_state[1] if _tag_state is not None and _tag_state[0] == os.getpid() else None
+
+
+def tagged(value: str, prefix: bool = False) -> set[int]:
+    """Pids of the live processes (this one aside) that carry the tag ``value``
+    (with ``prefix``: any tag that starts with it, e.g. ``"<pid>-"`` for the tags
+    process ``pid`` set)."""
+    if not os.path.isdir("/proc"):
+        return set()
+    needle = f"{TAG_ENV}={value}".encode()
+    marker = _MARKER_PREFIX + value
+    out: set[int] = set()
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                entries = f.read().split(b"\0")
+                if needle in entries or (prefix and any(e.startswith(needle) for e in entries)):
+                    out.add(int(entry))
+                    continue
+        except OSError:  # gone, or another user's
+            continue
+        try:
+            fds = os.listdir(f"/proc/{entry}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if marker in os.readlink(f"/proc/{entry}/fd/{fd}"):
+                    out.add(int(entry))
+                    break
+            except OSError:
+                continue
+    return {pid for pid in out if not _is_zombie(pid)}
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return True
+
+
+def started_by(pid: int, value: str | None) -> set[int]:
+    """The processes ``pid`` started, directly or not, as far as they can be told:
+    its descendants now, and the processes that carry its tag ``value`` (if any)
+    wherever they are in the process tree. ``pid`` itself is not included."""
+    try:
+        out = {child.pid for child in psutil.Process(pid).children(recursive=True)}
+    except psutil.NoSuchProcess:
+        out = set()
+    if value is not None:
+        out |= tagged(value)
+    out.discard(pid)
+    return out
+
+
+def describe(pid: int) -> str:
+    """``pid 123 (sleeping: python -m x)``, for a failure message."""
+    try:
+        p = psutil.Process(pid)
+        command = " ".join(" ".join(p.cmdline()).split())  # one line, however the arguments break
+        return f"pid {pid} ({p.status()}: {command[:120]})"
+    except psutil.Error:
+        return f"pid {pid}"
+
+
+def shm_mapped_by(pids: Iterable[int]) -> set[str]:
+    """Names of the shared-memory segments (still linked in /dev/shm) that any of
+    ``pids`` has mapped: whatever created them, they are in use by those processes."""
+    out: set[str] = set()
+    prefix = _SHM_DIR + "/"
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as maps:
+                for line in maps:
+                    fields = line.split(None, 5)  # address perms offset dev inode [path]
+                    path = fields[5].strip() if len(fields) == 6 else ""
+                    if path.startswith(prefix) and not path.endswith("(deleted)"):
+                        out.add(path[len(prefix) :])
+        except OSError:
+            continue
+    return out
+
+
 def listening_sockets(pid: int | None = None) -> list[tuple[str, int]]:
     """(address, port) of TCP sockets listening, and UDP sockets bound, in ``pid``."""
     proc = psutil.Process(pid)
@@ -46,10 +199,9 @@ def listening_sockets(pid: int | None = None) -> list[tuple[str, int]]:
     return out
 
 
-def _mapped_outside_this_tree(name: str) -> bool:
-    """True if a process other than this one and its descendants maps the segment:
-    then it is someone else's (another run on the machine), not our leak."""
-    ours = {os.getpid()} | {c.pid for c in psutil.Process().children(recursive=True)}
+def mapped_outside(name: str, ours: set[int]) -> bool:
+    """True if a process other than ``ours`` (this one and what it started) maps
+    the segment: then it is someone else's (another run on the machine), not our leak."""
     needle = f"{_SHM_DIR}/{name}"
     for pid_dir in os.listdir("/proc") if os.path.isdir("/proc") else []:
         if not pid_dir.isdigit() or int(pid_dir) in ours:
@@ -69,6 +221,7 @@ def is_loopback(address: str) -> bool:
 
 @dataclass
 class Snapshot:
+    #: The processes this one started (``started_by``): descendants and tagged ones.
     children: set[int] = field(default_factory=set)
     threads: set[int] = field(default_factory=set)
     shm: set[str] = field(default_factory=set)
@@ -76,9 +229,27 @@ class Snapshot:
     fds: int = 0
 
 
+def _python_helpers() -> set[int]:
+    """Processes Python's multiprocessing keeps for the life of this process once
+    started: the resource tracker, the forkserver. Not an executor's to stop
+    (another user of multiprocessing in the caller shares them); C13 still
+    requires them to exit with the caller, which they do."""
+    import sys
+
+    out: set[int] = set()
+    tracker = sys.modules.get("multiprocessing.resource_tracker")
+    server = sys.modules.get("multiprocessing.forkserver")
+    for module, holder, attr in ((tracker, "_resource_tracker", "_pid"), (server, "_forkserver", "_forkserver_pid")):
+        pid = getattr(getattr(module, holder, None), attr, None)
+        if isinstance(pid, int):
+            out.add(pid)
+    return out
+
+
 def _children() -> set[int]:
-    # A zombie counts: a child nobody reaped is a leak too.
-    return {child.pid for child in psutil.Process().children(recursive=True)}
+    # A zombie child counts: a child nobody reaped is a leak too (zombies that
+    # left the tree are init's to reap, and ``tagged`` leaves them out).
+    return started_by(os.getpid(), _current_tag()) - _python_helpers()
 
 
 #: The name prefix of the suite's own watchdog threads (``harness.conformance._checks.bounded``):
@@ -100,13 +271,15 @@ def snapshot() -> Snapshot:
 
 
 def baseline() -> Snapshot:
-    """A snapshot to compare with after a test. Starts what Python itself keeps
-    for the whole process first (multiprocessing's resource tracker), so that
-    it does not count as the test's."""
+    """A snapshot to compare with after a test. Tags this process first, so that
+    what it starts from now on can be told apart wherever it goes; and starts
+    what Python itself keeps for the whole process (multiprocessing's resource
+    tracker), so that it does not count as the test's."""
     import gc
     from multiprocessing import resource_tracker
 
     resource_tracker.ensure_running()
+    tag()
     gc.collect()
     return snapshot()
 
@@ -117,19 +290,13 @@ def diff(before: Snapshot, after: Snapshot, fd_slack: int | None = 0) -> list[st
     problems = []
     new_children = after.children - before.children
     if new_children:
-        described = []
-        for pid in sorted(new_children):
-            try:
-                p = psutil.Process(pid)
-                described.append(f"pid {pid} ({p.status()}: {' '.join(p.cmdline())[:120]})")
-            except psutil.NoSuchProcess:
-                described.append(f"pid {pid}")
-        problems.append("child processes left: " + "; ".join(described))
+        problems.append("processes left: " + "; ".join(describe(pid) for pid in sorted(new_children)))
     new_threads = after.threads - before.threads
     if new_threads:
         names = [t.name for t in threading.enumerate() if t.ident in new_threads]
         problems.append(f"threads left in the caller: {names}")
-    new_shm = {name for name in after.shm - before.shm if not _mapped_outside_this_tree(name)}
+    ours = {os.getpid()} | before.children | after.children
+    new_shm = {name for name in after.shm - before.shm if not mapped_outside(name, ours)}
     if new_shm:
         problems.append(f"shared-memory segments left: {sorted(new_shm)}")
     new_listening = after.listening - before.listening

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from harness import ExecutorConfig, probes
+from harness import ExecutorConfig, leaks, probes
 from harness.conformance._checks import (
     bounded,
     error_of,
@@ -202,11 +202,14 @@ def test_c8_a_rank_killed_inside_a_collective_fails_the_call_and_shutdown_stays_
 
 
 @pytest.mark.clause("C13")
-def test_c13_workers_exit_when_the_caller_is_sigkilled(
+def test_c13_every_process_the_executor_started_exits_when_the_caller_is_sigkilled(
     backend: Any, executor_config: ExecutorConfig, tmp_path: Path
 ) -> None:
     pid_file = tmp_path / "pids.json"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    # The caller's tag marks every process started from it, wherever it goes
+    # (a new session, a double fork); its process tree is taken before the kill.
+    tag = leaks.new_tag()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), **{leaks.TAG_ENV: tag})
     driver = subprocess.Popen(
         [
             sys.executable,
@@ -220,19 +223,33 @@ def test_c13_workers_exit_when_the_caller_is_sigkilled(
         env=env,
         stdout=subprocess.DEVNULL,
     )
+    found: dict[int, set[str]] = {}
+
+    def add(pids: set[int] | list[int], how: str) -> None:
+        for pid in pids:
+            found.setdefault(pid, set()).add(how)
+
     try:
         started = wait_until(lambda: pid_file.exists() or driver.poll() is not None, executor_config.init_timeout_s)
         assert started and pid_file.exists(), f"the caller process did not start its workers (exit {driver.poll()})"
-        pids = [p for p in json.loads(pid_file.read_text()) if p != driver.pid]
+        add(json.loads(pid_file.read_text()), "a worker")
+        add(leaks.started_by(driver.pid, None), "in the caller's process tree")
+        add(leaks.tagged(tag), "carries the caller's tag")
     finally:
         driver.kill()
         driver.wait(timeout=30)
-    # One deadline for all: every worker must be gone 10 s after the kill.
-    wait_until(lambda: all(process_gone(p) for p in pids), 10)
-    alive = [p for p in pids if not process_gone(p)]
+    killed = time.monotonic()
+    add(leaks.tagged(tag), "carries the caller's tag")  # started between the look and the kill
+    found.pop(driver.pid, None)
+    if not found:
+        not_applicable("the executor started no process: its ranks run in the caller's process")
+    # One deadline for all: every process must be gone 10 s after the kill.
+    wait_until(lambda: all(process_gone(p) for p in found), max(0.0, 10 - (time.monotonic() - killed)))
+    alive = {p: leaks.describe(p) for p in found if not process_gone(p)}
     for p in alive:  # do not leave them to the next test
         try:
             os.kill(p, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    assert not alive, f"workers {alive} still run 10 s after their caller was SIGKILLed"
+    described = [f"{what} [{', '.join(sorted(found[p]))}]" for p, what in alive.items()]
+    assert not alive, f"10 s after their caller was SIGKILLed, processes it started still run: {'; '.join(described)}"

@@ -372,3 +372,10 @@ def create(config: ExecutorConfig) -> MultiprocExecutor:
 
 
 create.unsupported = {}  # type: ignore[attr-defined]
+# Every start method this platform's multiprocessing offers. With "forkserver",
+# the workers are forked by Python's forkserver process, which multiprocessing
+# keeps for the life of the caller's process (shared with any other user of it)
+# and which exits when the caller does: shutdown() leaves it running, by design.
+create.start_methods = tuple(  # type: ignore[attr-defined]
+    m for m in ("spawn", "fork", "forkserver") if m in multiprocessing.get_all_start_methods()
+)

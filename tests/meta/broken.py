@@ -1058,3 +1058,174 @@ def always_gloo(config: ExecutorConfig) -> _Wrapper:
     import dataclasses
 
     return _Wrapper(dataclasses.replace(config, dist_backend="gloo"))
+
+
+# ---- processes the executor started (C9 leaks, C13, C23), C23 in a network namespace ----
+# Helpers that leave the caller's process tree, found only by what they inherit.
+
+_HELPER_LIFETIME_S = 120.0  # a helper a broken backend lost ends by itself, after a while
+
+# Double-forks into a new session (so neither its caller's tree nor its process
+# group holds it), writes its pid, then serves: listens on all interfaces if
+# asked, and outlives its caller, which it never watches.
+_DETACHED_HELPER = """
+import os, socket, sys, time
+if os.fork():
+    os._exit(0)
+os.setsid()
+if os.fork():
+    os._exit(0)
+if sys.argv[3] == "listen":
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("0.0.0.0", 0))
+    sock.listen()
+if sys.argv[3] == "loose-shm":
+    import mmap
+    fd = os.open(f"/dev/shm/harness_loose_{os.getpid()}", os.O_CREAT | os.O_RDWR, 0o644)
+    os.fchmod(fd, 0o644)
+    os.ftruncate(fd, 4096)
+    segment = mmap.mmap(fd, 4096)
+    os.close(fd)
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(str(os.getpid()))
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+time.sleep(float(sys.argv[2]))
+"""
+
+
+class _WithHelper(_Wrapper):
+    """The reference executor plus a helper process that shutdown() stops."""
+
+    mode = "quiet"
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        self.helper_pid = self._start_helper()
+
+    def _start_helper(self) -> int:
+        import subprocess
+        import sys
+        import tempfile
+        import time
+
+        with tempfile.TemporaryDirectory() as tmp:
+            pid_file = os.path.join(tmp, "pid")
+            argv = [sys.executable, "-c", _DETACHED_HELPER, pid_file, str(_HELPER_LIFETIME_S), self.mode]
+            first = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
+            first.wait(timeout=30)
+            deadline = time.monotonic() + 30
+            while not os.path.exists(pid_file) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            with open(pid_file, encoding="utf-8") as f:
+                return int(f.read())
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        try:
+            os.kill(self.helper_pid, 9)
+        except ProcessLookupError:
+            pass
+        try:
+            os.unlink(f"/dev/shm/harness_loose_{self.helper_pid}")
+        except FileNotFoundError:
+            pass
+
+
+class DetachedHelper(_WithHelper):
+    """C13: a helper daemon (double fork, new session) outlives a SIGKILLed caller."""
+
+
+class HelperListensEverywhere(_WithHelper):
+    """C23: a helper process (not a worker) listens on 0.0.0.0."""
+
+    mode = "listen"
+
+
+class HelperLooseShm(_WithHelper):
+    """C23: a helper process (not a worker) maps a shared-memory segment others may read (0644)."""
+
+    mode = "loose-shm"
+
+
+_SCRUBBED_HELPER = "import time, sys; time.sleep(float(sys.argv[1]))"
+
+
+class ScrubbedHelper(_Wrapper):
+    """C13: a helper started with an empty environment (no tag to inherit) stays
+    a child of the caller and outlives it: only the caller's process tree, taken
+    before the kill, shows it."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        import subprocess
+        import sys
+
+        super().__init__(config)
+        self._helper = subprocess.Popen(
+            [sys.executable, "-c", _SCRUBBED_HELPER, str(_HELPER_LIFETIME_S)],
+            env={},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        self._helper.kill()
+        self._helper.wait()
+
+
+class LeavesSessionHelper(_Wrapper):
+    """C9 (the leak check after a test): every executor forks a helper (no exec,
+    so its /proc environ shows nothing new) into a session of its own, which
+    shutdown() forgets."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        import time
+        import warnings
+
+        super().__init__(config)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads: the child only sleeps
+            pid = os.fork()
+        if pid == 0:
+            try:
+                os.setsid()
+                if os.fork() == 0:
+                    _let_go_of_pipes()
+                    time.sleep(_HELPER_LIFETIME_S)
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+
+
+def _let_go_of_pipes() -> None:
+    """What a daemon does: stdio to /dev/null, and no pipe or socket held, so no
+    reader of the caller's output waits for it (other descriptors stay)."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{name}").startswith(("pipe:", "socket:")):
+                os.close(int(name))
+        except OSError:
+            continue
+
+
+def unpinned_gloo(config: ExecutorConfig) -> _Wrapper:
+    """C23: gloo left unpinned. The reference pins it to loopback with
+    ``GLOO_SOCKET_IFNAME`` unless set (harness/worker.py); set empty, torch
+    ignores it and binds to whatever the host name resolves to: loopback on a
+    machine whose host name resolves there, a host address elsewhere."""
+    import dataclasses
+
+    return _Wrapper(dataclasses.replace(config, env={**config.env, "GLOO_SOCKET_IFNAME": ""}))
+
+
+detached_helper = DetachedHelper
+helper_listens_everywhere = HelperListensEverywhere
+helper_loose_shm = HelperLooseShm
+scrubbed_helper = ScrubbedHelper
+leaves_session_helper = LeavesSessionHelper

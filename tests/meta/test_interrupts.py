@@ -19,11 +19,15 @@ from harness.conformance._checks import wait_until
 pytestmark = pytest.mark.timeout(300)
 
 HANGS = """
+import subprocess
+import sys
 import pytest
 from harness import probes
 
 @pytest.mark.clause("C1")
 def test_hangs(executor):
+    # A helper that left the test's process group: only the test's tag finds it.
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"], start_new_session=True)
     executor.collective_rpc(probes.sleep, args=(3600,))
 """
 
@@ -36,6 +40,17 @@ def _tagged(tag: str) -> list[int]:
             if proc.environ().get("HARNESS_META_TAG") == tag:
                 found.append(proc.pid)
         except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def _helpers(tag: str) -> list[int]:
+    found = []
+    for pid in _tagged(tag):
+        try:
+            if "time.sleep(3600)" in " ".join(psutil.Process(pid).cmdline()):
+                found.append(pid)
+        except psutil.Error:
             continue
     return found
 
@@ -69,8 +84,8 @@ def test_killing_pytest_mid_test_takes_the_test_and_its_workers_along(tmp_path: 
         stderr=subprocess.DEVNULL,
     )
     try:
-        # pytest, the resource tracker, the test process and two workers (and the reaper).
-        assert wait_until(lambda: len(_tagged(tag)) >= 5, 120), f"the run did not start its workers: {_tagged(tag)}"
+        # The test body starts the helper once the executor (two workers) is up.
+        assert wait_until(lambda: bool(_helpers(tag)), 120), f"the test did not get going: {_tagged(tag)}"
         time.sleep(2.0)  # the workers are in the call by now
         before = _tagged(tag)
         segments = _mapped_shm(before)

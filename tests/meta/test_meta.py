@@ -53,6 +53,13 @@ CASES = [
     ("first_callback_only", "C8", "c8_a_worker_dying_mid_call"),
     ("rank_order_replies", "C8", "c8_a_rank_killed_inside_a_collective and stay_blocked"),
     ("shutdown_by_sigterm", "C9", "c9_shutdown_is_bounded_with_a_worker_hung"),
+    # processes the executor started, found by what they inherit (C9 leak check, C13, C23)
+    ("detached_helper", "C13", "c13_"),
+    ("scrubbed_helper", "C13", "c13_"),
+    ("helper_listens_everywhere", "C23", "c23_"),
+    ("helper_loose_shm", "C23", "c23_"),
+    ("leaves_session_helper", "C9", "c9_shutdown_of_an_idle"),
+    ("leaves_session_helper", "C9", "c1_blocking_call_returns"),  # the leak check after any test
 ]
 
 

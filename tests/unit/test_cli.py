@@ -38,8 +38,8 @@ def _flag(argv: list[str], flag: str) -> str:
 
 def test_conform_runs_its_documented_world_sizes_whatever_the_ini_says(calls: list[list[str]]) -> None:
     assert main(["conform", "--backend", "ray"]) == 0
-    assert _flag(calls[0], "--world-size") == "1,2,4"
-    assert _flag(calls[0], "--backend") == "ray"
+    assert _flag(calls[0], "--harness-world-size") == "1,2,4"
+    assert _flag(calls[0], "--harness-backend") == "ray"
 
 
 def test_conform_world_sizes_from_the_command_line_or_the_environment(
@@ -48,7 +48,7 @@ def test_conform_world_sizes_from_the_command_line_or_the_environment(
     main(["conform", "--backend", "mp", "--world-size", "2"])
     monkeypatch.setenv("HARNESS_WORLD_SIZE", "4")
     main(["conform", "--backend", "mp"])
-    assert [_flag(argv, "--world-size") for argv in calls] == ["2", "4"]
+    assert [_flag(argv, "--harness-world-size") for argv in calls] == ["2", "4"]
 
 
 # --------------------------------------------------------------------------- --version

@@ -47,7 +47,7 @@ def test_world_size_string_is_quoted_in_the_message() -> None:
         ("device", "CPU"),
         ("device", ""),
         ("device", None),
-        ("start_method", "forkserver"),
+        ("start_method", "thread"),
         ("start_method", "Spawn"),
         ("dist_backend", "tcp"),
         ("dist_backend", ""),

@@ -1,0 +1,95 @@
+"""The suite's view of processes: C23 in a network namespace, C13 with nothing to look at, start-method variants."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.conformance import _netns
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def conform(backend: str, k: str, tmp_path: Path, world_size: int = 2, start_method: str = "spawn") -> dict[str, Any]:
+    report = tmp_path / "report.json"
+    argv = [sys.executable, "-m", "harness", "conform", "--backend", backend, "--world-size", str(world_size)]
+    argv += ["--start-method", start_method, "-k", k, "--report-json", str(report), "--timeout", "120"]
+    proc = subprocess.run(
+        argv,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert report.exists(), f"no report written; output:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    data: dict[str, Any] = json.loads(report.read_text())
+    data["output"] = proc.stdout
+    return data
+
+
+def outcomes(report: dict[str, Any], clause: str) -> list[str]:
+    return [cell["outcome"] for cell in report["clauses"].get(clause, {}).values()]
+
+
+@pytest.mark.timeout(600)
+def test_gloo_left_unpinned_fails_c23_where_the_host_name_is_not_loopback(tmp_path: Path) -> None:
+    why = _netns.unavailable()
+    if why:
+        pytest.skip(f"no network namespace here ({why}): C23 cannot look past this machine's host name")
+    report = conform("tests.meta.broken:unpinned_gloo", "c23_", tmp_path)
+    assert "FAIL" in outcomes(report, "C23"), f"C23 is {outcomes(report, 'C23')}, expected FAIL"
+    assert "in a network namespace where the host name" in report["output"], report["output"][-3000:]
+
+
+@pytest.mark.timeout(600)
+def test_c13_is_not_applicable_where_the_ranks_run_in_the_caller(tmp_path: Path) -> None:
+    report = conform("uni", "c13_", tmp_path, world_size=1)
+    assert outcomes(report, "C13") == ["not applicable"], f"C13 is {outcomes(report, 'C13')} for uni"
+
+
+def test_each_backend_gets_a_variant_per_start_method_it_declares(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        backends=textwrap.dedent(
+            """
+            from harness.executors.multiproc import create as _mp
+
+            def declared(config):
+                return _mp(config)
+
+            declared.start_methods = ("spawn", "forkserver")
+
+            def undeclared(config):
+                return _mp(config)
+            """
+        ),
+        test_x="def test_x(executor):\n    pass\n",
+    )
+    result = pytester.runpytest_subprocess(
+        "--collect-only",
+        "-q",
+        "--backend",
+        "backends:declared,backends:undeclared,uni,mp",
+        "--world-size",
+        "1",
+        "--start-method",
+        "spawn,fork,forkserver",
+    )
+    ids = {line.split("[", 1)[1].rstrip("]") for line in result.outlines if "test_x[" in line}
+    assert ids == {
+        "backends:declared-ws1-spawn",
+        "backends:declared-ws1-forkserver",
+        "backends:undeclared-ws1-spawn",
+        "backends:undeclared-ws1-fork",
+        "backends:undeclared-ws1-forkserver",
+        "uni-ws1-spawn",
+        "mp-ws1-spawn",
+        "mp-ws1-fork",
+        "mp-ws1-forkserver",
+    }, result.outlines

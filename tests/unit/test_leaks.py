@@ -1,0 +1,180 @@
+"""harness.leaks finds every process a caller started, wherever it went."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from harness import leaks
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+
+# Double-forks into a new session, writes its pid, sleeps: out of the caller's tree.
+_DETACH = """
+import os, sys, time
+if os.fork():
+    os._exit(0)
+os.setsid()
+if os.fork():
+    os._exit(0)
+open(sys.argv[1] + ".tmp", "w").write(str(os.getpid()))
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+time.sleep(60)
+"""
+
+
+@pytest.fixture
+def reap() -> Iterator[list[int]]:
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _fork() -> int:
+    # The child only writes to a pipe or sleeps: safe with pytest's threads
+    # (Python 3.12+ warns about fork in a threaded process, an error here).
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return os.fork()
+
+
+def _wait_for_pid(path: Path) -> int:
+    deadline = time.monotonic() + 30
+    while not path.exists():
+        assert time.monotonic() < deadline, "the helper did not write its pid"
+        time.sleep(0.02)
+    return int(path.read_text())
+
+
+def test_tag_is_stable_within_a_process_and_set_in_its_environment() -> None:
+    first = leaks.tag()
+    assert leaks.tag() == first
+    assert os.environ[leaks.TAG_ENV] == first
+
+
+def test_a_forked_child_gets_a_tag_of_its_own() -> None:
+    parent = leaks.tag()
+    r, w = os.pipe()
+    pid = _fork()
+    if pid == 0:
+        try:
+            os.write(w, leaks.tag().encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    child = os.read(r, 100).decode()
+    os.close(r)
+    assert child and child != parent
+
+
+def test_an_exec_ed_process_that_left_the_tree_is_found_by_its_environment(tmp_path: Path, reap: list[int]) -> None:
+    tag = leaks.tag()
+    subprocess.run([sys.executable, "-c", _DETACH, str(tmp_path / "pid")], check=True, timeout=30)
+    pid = _wait_for_pid(tmp_path / "pid")
+    reap.append(pid)
+    assert pid not in {c.pid for c in psutil.Process().children(recursive=True)}
+    assert pid in leaks.tagged(tag)
+    assert pid in leaks.started_by(os.getpid(), tag)
+    assert pid not in leaks.tagged(leaks.new_tag()), "another tag must not match"
+
+
+def test_a_forked_process_that_left_the_tree_is_found_by_its_marker(reap: list[int]) -> None:
+    tag = leaks.tag()
+    r, w = os.pipe()
+    pid = _fork()
+    if pid == 0:
+        try:
+            os.setsid()
+            grandchild = os.fork()
+            if grandchild == 0:
+                time.sleep(60)
+            else:
+                os.write(w, str(grandchild).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    grandchild = int(os.read(r, 100))
+    os.close(r)
+    reap.append(grandchild)
+    # No exec: its /proc environ is this process's original one, without the tag.
+    with open(f"/proc/{grandchild}/environ", "rb") as f:
+        assert f"{leaks.TAG_ENV}={tag}".encode() not in f.read().split(b"\0")
+    assert grandchild in leaks.tagged(tag)
+
+
+def test_the_snapshot_counts_processes_outside_the_tree(tmp_path: Path, reap: list[int]) -> None:
+    before = leaks.baseline()
+    subprocess.run([sys.executable, "-c", _DETACH, str(tmp_path / "pid")], check=True, timeout=30)
+    pid = _wait_for_pid(tmp_path / "pid")
+    reap.append(pid)
+    problems = leaks.diff(before, leaks.snapshot(), fd_slack=None)
+    assert any(f"pid {pid}" in p for p in problems), problems
+
+
+def test_pythons_forkserver_is_not_a_leak_of_the_process_that_uses_it() -> None:
+    before = leaks.baseline()
+    ctx = multiprocessing.get_context("forkserver")
+    proc = ctx.Process(target=time.sleep, args=(0,))
+    proc.start()
+    proc.join(30)
+    proc.close()
+    assert leaks.wait_clean(before, timeout=5, fd_slack=None) == []
+
+
+def test_shm_mapped_by_names_the_segments_a_process_maps() -> None:
+    from multiprocessing import shared_memory
+
+    seg = shared_memory.SharedMemory(create=True, size=4096)
+    try:
+        assert seg.name in leaks.shm_mapped_by([os.getpid()])
+    finally:
+        seg.close()
+        seg.unlink()
+
+
+_DETACHED_MAPPER = """
+import mmap, os, sys, time
+if os.fork():
+    os._exit(0)
+os.setsid()
+if os.fork():
+    os._exit(0)
+fd = os.open("/dev/shm/" + sys.argv[2], os.O_CREAT | os.O_RDWR, 0o600)
+os.ftruncate(fd, 4096)
+seg = mmap.mmap(fd, 4096)
+os.close(fd)
+open(sys.argv[1] + ".tmp", "w").write(str(os.getpid()))
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+time.sleep(60)
+"""
+
+
+def test_a_segment_mapped_by_a_process_that_left_the_tree_is_ours(tmp_path: Path, reap: list[int]) -> None:
+    before = leaks.baseline()
+    name = f"harness_test_{os.getpid()}_{time.monotonic_ns()}"
+    subprocess.run([sys.executable, "-c", _DETACHED_MAPPER, str(tmp_path / "pid"), name], check=True, timeout=30)
+    pid = _wait_for_pid(tmp_path / "pid")
+    reap.append(pid)
+    try:
+        assert name in leaks.shm_mapped_by([pid])
+        problems = leaks.diff(before, leaks.snapshot(), fd_slack=None)
+        assert any("shared-memory segments left" in p and name in p for p in problems), problems
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.unlink(f"/dev/shm/{name}")
