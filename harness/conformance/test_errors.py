@@ -12,6 +12,8 @@ import pytest
 from harness import ExecutorConfig, leaks, probes
 from harness.conformance._checks import bounded, error_of, expect_equal, one_future, result_of, token, within
 
+pytestmark = pytest.mark.timeout(300)
+
 #: Errors that say a feature is missing, not the error a clause is about.
 _STUB_ERRORS = (NotImplementedError,)
 
@@ -19,9 +21,6 @@ _STUB_ERRORS = (NotImplementedError,)
 def _not_a_stub(exc: BaseException, what: str) -> None:
     __tracebackhide__ = True
     assert not isinstance(exc, _STUB_ERRORS), f"{what}: got {exc!r}, a missing feature, not the error the clause names"
-
-
-pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.mark.clause("C6")
