@@ -137,7 +137,8 @@ class MatrixCollector:
         self._deselected += items
 
     def finish(self, session: pytest.Session) -> None:
-        """Fold in the deselected tests; name the backends nothing was checked for."""
+        """Fold in the deselected tests; name the backends nothing was checked for
+        (not in a run that only collects)."""
         columns = set(self.matrix.columns)
         for item in self._deselected:
             props = dict(item.user_properties)
@@ -146,7 +147,7 @@ class MatrixCollector:
                     self.matrix.add(
                         clause, str(props["harness_column"]), NOT_RUN, str(props["harness_test"]), FILTERED_OUT
                     )
-        if not self.saw_backend_tests:
+        if not self.saw_backend_tests or session.config.option.collectonly:
             return
         for name in self.opts.backends:
             if self.matrix.only_not_run(name):
@@ -159,7 +160,7 @@ class MatrixCollector:
         if reasons:
             return "every selected check was not run: " + "; ".join(reasons)
         loaded = self.opts.loaded.get(name)
-        requested = self.opts.world_sizes_of(name)
+        requested = sorted({ws for sm in self.opts.start_methods for ws in self.opts.world_sizes_of(name, sm)})
         if isinstance(loaded, LoadedBackend) and not any(loaded.supports_world_size(ws) for ws in requested):
             return f"its declared world_sizes {loaded.world_sizes} exclude every requested size {requested}"
         return "no test of it was selected (-k, -m or the paths given matched none)"

@@ -37,8 +37,9 @@ HELP_BACKEND = (
 )
 HELP_WORLD_SIZE = "world sizes to run, comma-separated (default 1,2,4; each backend keeps those it supports)"
 HELP_BACKEND_WORLD_SIZES = (
-    "world sizes for particular backends, e.g. 'ray=2' or 'ray=2,4; mp=1,2' (ini only); "
-    "used when no world size is given on the command line or in HARNESS_WORLD_SIZE"
+    "world sizes for particular backends, or a backend with one start method, e.g. 'ray=2' or "
+    "'ray=2,4; mp=1,2; mp/fork=2' (ini only); used when no world size is given on the command line "
+    "or in HARNESS_WORLD_SIZE"
 )
 HELP_START_METHOD = "start methods to run, comma-separated (default: every one a backend supports)"
 HELP_DECLARE = "clauses to treat as declared unsupported for every backend, comma-separated (e.g. C12,C22)"
@@ -93,7 +94,10 @@ class Options:
     clauses: list[str] = field(default_factory=list)  # --clause: only these
     backends_where: str = "the command line"
 
-    def world_sizes_of(self, backend: str) -> list[int]:
+    def world_sizes_of(self, backend: str, start_method: str | None = None) -> list[int]:
+        """The world sizes to run ``backend`` at (with ``start_method``, if one is named)."""
+        if start_method is not None and f"{backend}/{start_method}" in self.backend_world_sizes:
+            return self.backend_world_sizes[f"{backend}/{start_method}"]
         return self.backend_world_sizes.get(backend, self.world_sizes)
 
 
@@ -184,6 +188,11 @@ def parse_options(config: pytest.Config) -> Options:
             name, eq, sizes = entry.partition("=")
             if not eq or not name.strip():
                 raise pytest.UsageError(f"Invalid entry {entry!r} from {where}: expected NAME=WS[,WS...]")
+            _, slash, method = name.strip().partition("/")
+            if slash and method not in START_METHODS:
+                raise pytest.UsageError(
+                    f"Invalid start method {method!r} in {entry!r} from {where}: expected one of {START_METHODS}"
+                )
             per_backend[name.strip()] = _world_sizes(sizes, where)
     start_methods = _split(sm_text)
     for sm in start_methods:
@@ -284,12 +293,13 @@ def parametrize(metafunc: pytest.Metafunc, opts: Options) -> None:
                 params.append(pytest.param(u, id=u.id, marks=pytest.mark.skip(reason=reason)))
             continue
         starts = [s for s in opts.start_methods if s in (loaded.start_methods or START_METHODS)]
-        for ws in opts.world_sizes_of(name):
-            if not loaded.supports_world_size(ws):
-                continue
-            for sm in starts:
-                v = Variant(loaded, ws, sm)
-                params.append(pytest.param(v, id=v.id))
+        variants = [
+            Variant(loaded, ws, sm)
+            for ws in sorted({w for sm in starts for w in opts.world_sizes_of(name, sm)})
+            for sm in starts
+            if ws in opts.world_sizes_of(name, sm) and loaded.supports_world_size(ws)
+        ]
+        params += [pytest.param(v, id=v.id) for v in variants]
     metafunc.parametrize("harness_variant", params, indirect=True)
 
 

@@ -105,9 +105,17 @@ class ClauseMatrix:
         return [c for c in self.columns if c.rsplit(" ", 2)[0] == backend]
 
     def only_not_run(self, backend: str) -> bool:
-        """Whether every cell of ``backend`` is "not run" (or it has none)."""
+        """Whether nothing was checked for ``backend``: no test of it passed,
+        failed or was blocked (its cells all read "not run", "not applicable" or
+        "declared", or it has none). A passed test of a clause whose other tests
+        were filtered out did check something, though its cell reads "not run"."""
         cols = set(self.columns_of(backend))
-        return all(self.outcome(cl, col) == NOT_RUN for cl, col in self.cells if col in cols)
+        return not any(
+            r.outcome in (PASS, FAIL) or r.outcome.startswith(BLOCKED)
+            for (_, col), results in self.cells.items()
+            if col in cols
+            for r in results
+        )
 
     def not_run_reasons(self, backend: str) -> list[str]:
         cols = set(self.columns_of(backend))

@@ -193,3 +193,17 @@ def test_a_bad_backend_world_size_entry_names_the_value_and_the_setting(pytester
     result = pytester.runpytest_subprocess("--backend", "mp", "-p", "no:cacheprovider")
     assert result.ret != 0
     result.stderr.fnmatch_lines(["*Invalid world size 'two' from the ini setting harness_backend_world_sizes*"])
+
+
+def test_the_ini_can_give_one_start_method_of_a_backend_its_own_world_sizes(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x(executor):\n    pass\n")
+    pytester.makeini("[pytest]\nharness_world_sizes = 1,4\nharness_backend_world_sizes = mp/fork=2\n")
+    result = pytester.runpytest_subprocess(
+        "--backend", "mp", "--start-method", "spawn,fork", "--collect-only", "-q", "-p", "no:cacheprovider"
+    )
+    result.stdout.fnmatch_lines(["*test_x?mp-ws1-spawn?", "*test_x?mp-ws2-fork?", "*test_x?mp-ws4-spawn?"])
+    result.stdout.no_fnmatch_line("*mp-ws[14]-fork*")
+    result.stdout.no_fnmatch_line("*mp-ws2-spawn*")
+    pytester.makeini("[pytest]\nharness_backend_world_sizes = mp/thread=2\n")
+    bad = pytester.runpytest_subprocess("--backend", "mp", "-p", "no:cacheprovider")
+    bad.stderr.fnmatch_lines(["*Invalid start method 'thread' in 'mp/thread=2' from the ini setting*"])

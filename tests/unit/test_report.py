@@ -79,6 +79,13 @@ def test_a_backend_whose_every_cell_is_not_run_checked_nothing() -> None:
     assert m.only_not_run("ray")
     assert not m.only_not_run("mp")
     assert m.only_not_run("vllm-mp"), "a backend with no cell at all checked nothing"
+    m.add("C4", "uni ws1 cpu", "pass", "t4")
+    m.add("C4", "uni ws1 cpu", "not run", "t4b", "filtered out")
+    assert m.outcome("C4", "uni ws1 cpu") == "not run"
+    assert not m.only_not_run("uni"), "a test that passed checked something, though its cell reads not run"
+    m.add("C12", "dec ws1 cpu", "declared", "t12", "no finalizer")
+    m.add("C13", "dec ws1 cpu", "not applicable", "t13", "in-process")
+    assert m.only_not_run("dec"), "declarations and nothing to look at check nothing"
     assert m.not_run_reasons("ray") == ["ray is not installed"]
     m.not_checked["ray"] = "ray is not installed"
     assert "NOTHING CHECKED for backend 'ray': ray is not installed" in m.render_terminal()
