@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -94,19 +96,66 @@ def conform(backend: str, k: str, tmp_path: Path, timeout: str = "120") -> tuple
     return proc.returncode, json.loads(report.read_text())
 
 
-@pytest.mark.timeout(600)
-@pytest.mark.parametrize(("factory", "clause", "k"), CASES, ids=[f"{c[1]}-{c[0]}" for c in CASES])
-def test_the_suite_fails_a_backend_that_breaks_the_clause(factory: str, clause: str, k: str, tmp_path: Path) -> None:
-    code, report = conform(f"tests.meta.broken:{factory}", k, tmp_path)
+#: How many conform runs go at once: they mostly wait (timeouts, deaths, shutdown
+#: bounds), and each runs its tests in processes of their own.
+PARALLEL = int(os.environ.get("HARNESS_META_PARALLEL") or 2)
+_REFERENCE = -1
+
+
+@pytest.fixture(scope="module")
+def case_reports(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[int, tuple[int, dict[str, object]] | BaseException]:
+    """The conform runs of the selected cases (and of the reference backend on all
+    their tests), side by side."""
+    wanted = set()
+    for item in request.session.items:
+        if getattr(item, "module", None) is not request.module:
+            continue
+        name = getattr(item, "originalname", "")
+        if name == "test_the_suite_fails_a_backend_that_breaks_the_clause":
+            wanted.add(int(item.callspec.params["i"]))  # type: ignore[attr-defined]
+        elif name == "test_the_reference_backend_passes_the_same_checks":
+            wanted.add(_REFERENCE)
+
+    def run(i: int) -> tuple[int, tuple[int, dict[str, object]] | BaseException]:
+        folder = tmp_path_factory.mktemp(f"case{i}")
+        try:
+            if i == _REFERENCE:
+                return i, conform("mp", " or ".join(f"({k})" for _, _, k in CASES), folder)
+            factory, _, k = CASES[i]
+            return i, conform(f"tests.meta.broken:{factory}", k, folder)
+        except BaseException as exc:  # noqa: BLE001 - the case's own test reports it
+            return i, exc
+
+    with concurrent.futures.ThreadPoolExecutor(PARALLEL) as pool:
+        return dict(pool.map(run, sorted(wanted)))
+
+
+def _case(reports: dict[int, tuple[int, dict[str, object]] | BaseException], i: int) -> tuple[int, dict[str, object]]:
+    outcome = reports[i]
+    if isinstance(outcome, BaseException):
+        raise outcome
+    return outcome
+
+
+@pytest.mark.timeout(3600)  # the first test waits for every case's run
+@pytest.mark.parametrize("i", range(len(CASES)), ids=[f"{c[1]}-{c[0]}" for c in CASES])
+def test_the_suite_fails_a_backend_that_breaks_the_clause(
+    case_reports: dict[int, tuple[int, dict[str, object]] | BaseException], i: int
+) -> None:
+    factory, clause, _ = CASES[i]
+    code, report = _case(case_reports, i)
     outcomes = {col: cell["outcome"] for col, cell in report["clauses"][clause].items()}  # type: ignore[index]
     assert code != 0, f"conform exited 0 for a backend that breaks {clause}"
     assert "FAIL" in outcomes.values(), f"{clause} is {outcomes} for {factory}, expected FAIL"
 
 
-@pytest.mark.timeout(600)
-def test_the_reference_backend_passes_the_same_checks(tmp_path: Path) -> None:
-    k = " or ".join(f"({k})" for _, _, k in CASES)
-    code, report = conform("mp", k, tmp_path)
+@pytest.mark.timeout(3600)
+def test_the_reference_backend_passes_the_same_checks(
+    case_reports: dict[int, tuple[int, dict[str, object]] | BaseException],
+) -> None:
+    code, report = _case(case_reports, _REFERENCE)
     failed = report["failed"]
     assert code == 0 and not failed, f"mp failed {failed}"
 
