@@ -84,18 +84,26 @@ def result_of(future: Any, seconds: float, what: str) -> Any:
     return bounded(future.result, seconds, f"{what}: result()")
 
 
-def error_of(future: Any, seconds: float, what: str) -> BaseException | None:
-    """The future's exception (``None`` if it succeeded), waited for by the suite's watchdog."""
+def raised_by(
+    fn: Callable[[], object], seconds: float, what: str, catch: type[BaseException] = Exception
+) -> BaseException | None:
+    """The error ``fn()`` raised (``None`` if it returned), bounded by the suite's watchdog."""
     __tracebackhide__ = True
 
     def outcome() -> BaseException | None:
         try:
-            future.result()
-        except BaseException as exc:  # noqa: BLE001 - the outcome under test
+            fn()
+        except catch as exc:  # the outcome under test
             return exc
         return None
 
-    return bounded(outcome, seconds, f"{what}: the future's outcome")
+    return bounded(outcome, seconds, what)
+
+
+def error_of(future: Any, seconds: float, what: str) -> BaseException | None:
+    """The future's exception (``None`` if it succeeded), waited for by the suite's watchdog."""
+    __tracebackhide__ = True
+    return raised_by(future.result, seconds, f"{what}: the future's outcome", catch=BaseException)
 
 
 def expect_equal(got: Any, expected: Any, what: str) -> None:

@@ -21,6 +21,7 @@ from harness.conformance._checks import (
     not_applicable,
     one_future,
     process_gone,
+    raised_by,
     wait_until,
 )
 
@@ -64,27 +65,13 @@ def _expect_failure(error: BaseException | None, what: str) -> None:
 def _call_error(executor: Any, what: str) -> BaseException | None:
     """The error of a blocking call (no timeout: that is C7's), bounded by the suite's watchdog."""
 
-    def call() -> BaseException | None:
-        try:
-            executor.collective_rpc(probes.rank)
-        except Exception as exc:  # noqa: BLE001 - the outcome under test
-            return exc
-        return None
-
-    return bounded(call, DEATH_BOUND_S, f"{what}: collective_rpc('rank')")
+    return raised_by(lambda: executor.collective_rpc(probes.rank), DEATH_BOUND_S, f"{what}: collective_rpc('rank')")
 
 
 def _expect_unhealthy(executor: Any, rank: int) -> None:
     __tracebackhide__ = True
 
-    def health() -> BaseException | None:
-        try:
-            executor.check_health()
-        except Exception as exc:  # noqa: BLE001 - the outcome under test
-            return exc
-        return None
-
-    error = bounded(health, DEATH_BOUND_S, f"check_health() after rank {rank} died")
+    error = raised_by(executor.check_health, DEATH_BOUND_S, f"check_health() after rank {rank} died")
     if error is None:
         raise AssertionError(f"check_health() returned after rank {rank} died, expected it to raise")
     if isinstance(error, _STUB_ERRORS):

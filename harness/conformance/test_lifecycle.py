@@ -24,6 +24,7 @@ from harness.conformance._checks import (
     one_future,
     process_gone,
     process_reaped,
+    raised_by,
     result_of,
     wait_until,
 )
@@ -70,14 +71,7 @@ def _shutdown(ex: Any, what: str, seconds: float = SHUTDOWN_BOUND_S) -> None:
 def _expect_call_fails_after_shutdown(ex: Any) -> None:
     __tracebackhide__ = True
 
-    def call() -> BaseException | None:
-        try:
-            ex.collective_rpc(probes.rank)
-        except Exception as exc:  # noqa: BLE001 - SPEC names no type
-            return exc
-        return None
-
-    error = bounded(call, PROMPT_S, "a call after shutdown()")
+    error = raised_by(lambda: ex.collective_rpc(probes.rank), PROMPT_S, "a call after shutdown()")
     assert error is not None, "a call after shutdown() returned, expected it to raise"
 
 

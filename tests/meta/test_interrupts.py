@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from harness.conformance._checks import wait_until
+from tests.meta.test_plugin import _tagged
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -30,18 +31,6 @@ def test_hangs(executor):
     subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"], start_new_session=True)
     executor.collective_rpc(probes.sleep, args=(3600,))
 """
-
-
-def _tagged(tag: str) -> list[int]:
-    """Processes whose environment carries ``tag``: the run's own, wherever they were reparented."""
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get("HARNESS_META_TAG") == tag:
-                found.append(proc.pid)
-        except (psutil.Error, OSError):
-            continue
-    return found
 
 
 def _helpers(tag: str) -> list[int]:
