@@ -17,8 +17,10 @@ import os
 import select
 import shutil
 import signal
+import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 
 import pytest
@@ -30,7 +32,44 @@ from harness._stacks import STACKS_DIR_ENV
 from harness._stacks import collect as collect_stacks
 from harness._stacks import register as register_stacks
 
-__all__ = ["run_isolated", "skipped_report", "timeout_of"]
+__all__ = ["IsolatedTest", "prepare_parent", "run_isolated", "skipped_report", "timeout_of"]
+
+#: What the pytest process imports once, before the first test process forks,
+#: so that no test process pays for it again (torch: about a second each).
+PRELOAD = ("torch", "torch.distributed")
+_parent_torch_threads: int | None = None
+_prepared = False
+
+
+def prepare_parent() -> None:
+    """Import :data:`PRELOAD` here, once, before any test runs.
+
+    torch's CPU thread pool (OpenMP) does not survive a fork: a test process
+    forked after this process ran a parallel torch op hangs in its first one.
+    So this process keeps torch to one thread, which starts no pool, and each
+    test process gets the machine's thread count back (``_in_child``)."""
+    global _prepared, _parent_torch_threads
+    if _prepared:
+        return
+    _prepared = True
+    import importlib
+    import importlib.util
+
+    for name in PRELOAD:
+        try:
+            if importlib.util.find_spec(name.split(".")[0]) is not None:
+                importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a broken optional module is the test's to report, not ours
+            continue
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "set_num_threads"):
+        _parent_torch_threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+
+
+def _in_child() -> None:
+    if _parent_torch_threads is not None:
+        sys.modules["torch"].set_num_threads(_parent_torch_threads)
 
 
 def timeout_of(item: pytest.Item, opts: Options) -> float:
@@ -54,98 +93,152 @@ def run_isolated(
 
     ``reaper`` learns of the group while it runs (so that pytest's death takes
     it along); ``progress`` hears, now and then, that a long test is still running."""
-    from _pytest.runner import runtestprotocol
+    run = IsolatedTest(item, timeout_s, reaper)
+    try:
+        status = _wait_child(run.pid, timeout_s, item.nodeid, progress)
+    except BaseException:
+        run.abort()
+        raise
+    return run.finish(status)
 
-    config = item.config
-    # Stacks land in a folder: the test process's and its workers', one file each.
-    stacks_dir = tempfile.mkdtemp(prefix="harness-stacks-")
-    # The test process's own temporary files go in a folder of the test's, which
-    # goes with it however the test ends (an executor killed mid-test cannot clean up).
-    test_tmp = tempfile.mkdtemp(prefix="harness-test-")
-    # Reports travel through a file, not a pipe: a worker the test forked (and
-    # leaked) would inherit a pipe's write end and hold it open past the test.
-    results = tempfile.NamedTemporaryFile(prefix="harness-reports-", suffix=".json", delete=False)  # noqa: SIM115
-    results.close()
-    # pytest-timeout arms SIGALRM in this process for a test's timeout marker;
-    # here the deadline is ours, and firing in the parent would end the run.
-    hook = getattr(config.hook, "pytest_timeout_cancel_timer", None)
-    if hook is not None:
-        hook(item=item)
-    # pytest's faulthandler_timeout keeps a watchdog thread armed around each
-    # test. A forked child would inherit it armed but without its thread, and
-    # deadlock the first time it is cancelled; our own timeout replaces it.
-    faulthandler.cancel_dump_traceback_later()
-    pid = os.fork()
-    if pid == 0:  # the child: run the test, write the reports, never return into pytest
+
+class IsolatedTest:
+    """One test running in a forked child that leads its own process group.
+
+    Started on construction; :meth:`finish` takes the child's wait status (or
+    None past its deadline) and returns the test's reports."""
+
+    def __init__(self, item: pytest.Item, timeout_s: float, reaper: Reaper | None = None) -> None:
+        self.item, self.timeout_s, self._reaper = item, timeout_s, reaper
+        self.started = time.monotonic()
+        self.deadline = self.started + timeout_s
+        # Stacks land in a folder: the test process's and its workers', one file each.
+        self._stacks_dir = tempfile.mkdtemp(prefix="harness-stacks-")
+        # The test process's own temporary files go in a folder of the test's, which
+        # goes with it however the test ends (an executor killed mid-test cannot clean up).
+        self._test_tmp = tempfile.mkdtemp(prefix="harness-test-")
+        # Reports travel through a file, not a pipe: a worker the test forked (and
+        # leaked) would inherit a pipe's write end and hold it open past the test.
+        results = tempfile.NamedTemporaryFile(prefix="harness-reports-", suffix=".json", delete=False)  # noqa: SIM115
+        results.close()
+        self._results = results.name
+        config = item.config
+        # pytest-timeout arms SIGALRM in this process for a test's timeout marker;
+        # here the deadline is ours, and firing in the parent would end the run.
+        hook = getattr(config.hook, "pytest_timeout_cancel_timer", None)
+        if hook is not None:
+            hook(item=item)
+        # pytest's faulthandler_timeout keeps a watchdog thread armed around each
+        # test. A forked child would inherit it armed but without its thread, and
+        # deadlock the first time it is cancelled; our own timeout replaces it.
+        faulthandler.cancel_dump_traceback_later()
+        with warnings.catch_warnings():
+            # Python 3.12+ warns about forking a process with threads; torch's
+            # import leaves an idle native one here, and an "error" filter would
+            # turn the warning into an exception in this process after the fork.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:
+            self._child()
+        self.pid = pid
+        # Both sides set the group, so that it exists before either relies on it.
+        with contextlib.suppress(OSError):
+            os.setpgid(pid, pid)
+        if reaper is not None:
+            reaper.register(pid, [self._results, self._stacks_dir, self._test_tmp])
+
+    def _child(self) -> None:
+        """Run the test, write the reports, never return into pytest."""
         code = 0
         try:
-            if reaper is not None:
-                reaper.close_in_child()
+            if self._reaper is not None:
+                self._reaper.close_in_child()
             os.setpgid(0, 0)
+            _in_child()
             # Whatever this test starts carries a tag that begins with this pid:
             # the reaper finds it even where it left the group (setsid).
             leaks.tag()
-            tempfile.tempdir = test_tmp
-            os.environ[STACKS_DIR_ENV] = stacks_dir  # workers of the built-in backends dump there too
-            register_stacks(stacks_dir)  # the parent asks with SIGUSR1 before it kills us
-            reports = runtestprotocol(item, log=False, nextitem=None)
+            tempfile.tempdir = self._test_tmp
+            os.environ[STACKS_DIR_ENV] = self._stacks_dir  # workers of the built-in backends dump there too
+            register_stacks(self._stacks_dir)  # the parent asks with SIGUSR1 before it kills us
+            from _pytest.runner import runtestprotocol
+
+            config = self.item.config
+            from _pytest.warnings import catch_warnings_for_item
+
+            # The warning filters (ini, marks) pytest applies around a test in its
+            # own process, also where this process was forked outside them.
+            with catch_warnings_for_item(config, ihook=self.item.ihook, when="runtest", item=self.item):
+                reports = runtestprotocol(self.item, log=False, nextitem=None)
             data = [config.hook.pytest_report_to_serializable(config=config, report=r) for r in reports]
-            with open(results.name, "w", encoding="utf-8") as out:
+            with open(self._results, "w", encoding="utf-8") as out:
                 json.dump(data, out)
         except BaseException:  # noqa: BLE001 - report through the exit code; the parent explains
             code = 3
         finally:
             os._exit(code)
-    # Both sides set the group, so that it exists before either relies on it.
-    with contextlib.suppress(OSError):
-        os.setpgid(pid, pid)
-    if reaper is not None:
-        reaper.register(pid, [results.name, stacks_dir, test_tmp])
-    dumped = ""
-    try:
-        status = _wait_child(pid, timeout_s, item.nodeid, progress)
-        timed_out = status is None
-        if timed_out:
-            dumped = collect_stacks([pid, *_group_members(pid)], stacks_dir)
-            _kill_group(pid, settle_s=0)
-            _, status = os.waitpid(pid, 0)
-        leftover = _kill_group(pid)  # anything the test left in its group (workers) dies now
-    except BaseException:
-        # Ctrl-C (or any error here): the test and all it started go now, not later.
-        reap(pid, [])
+
+    def abort(self) -> None:
+        """Ctrl-C (or any error in this process): the test and all it started go now."""
+        reap(self.pid, [])
         with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, 0)
-        raise
-    finally:
-        with open(results.name, encoding="utf-8") as f:
-            raw = f.read()
-        os.unlink(results.name)
-        if not dumped:
-            dumped = collect_stacks([], stacks_dir)  # what the child dumped on its own
-        shutil.rmtree(stacks_dir, ignore_errors=True)
-        shutil.rmtree(test_tmp, ignore_errors=True)
-        if reaper is not None:
-            reaper.unregister(pid)
-    if timed_out:
-        return [
-            _synthetic(
-                item,
-                "call",
-                f"timed out after {timeout_s:g} s: killed with its process group "
-                f"(leftover processes: {leftover}).\nStacks at the timeout:\n{dumped}",
-            )
-        ]
-    try:
-        data = json.loads(raw)
-        reports = [config.hook.pytest_report_from_serializable(config=config, data=d) for d in data]
-        for report in reports:
-            if isinstance(report.longrepr, list):  # a skip's (path, line, reason), listed by JSON
-                report.longrepr = tuple(report.longrepr)
-    except ValueError:
-        return [_synthetic(item, "call", f"the test process died (status {status}) before reporting.\n{dumped}")]
-    if leftover:
-        reports.append(_synthetic(item, "teardown", f"processes left running after the test: {leftover}"))
-    return reports
+            os.waitpid(self.pid, 0)
+        self._cleanup()
+
+    def _cleanup(self) -> str:
+        """Remove the test's files; return the stacks it dumped, if any."""
+        raw = ""
+        with contextlib.suppress(OSError):
+            with open(self._results, encoding="utf-8") as f:
+                raw = f.read()
+            os.unlink(self._results)
+        self._raw = raw
+        dumped = collect_stacks([], self._stacks_dir)  # what the child dumped on its own
+        shutil.rmtree(self._stacks_dir, ignore_errors=True)
+        shutil.rmtree(self._test_tmp, ignore_errors=True)
+        if self._reaper is not None:
+            self._reaper.unregister(self.pid)
+        return dumped
+
+    def finish(self, status: int | None) -> list[pytest.TestReport]:
+        """The reports, once the child exited with ``status``, or None: it ran
+        past its deadline, and is killed now with its group."""
+        item, pid = self.item, self.pid
+        dumped = ""
+        try:
+            timed_out = status is None
+            if timed_out:
+                dumped = collect_stacks([pid, *_group_members(pid)], self._stacks_dir)
+                _kill_group(pid, settle_s=0)
+                _, status = os.waitpid(pid, 0)
+            leftover = _kill_group(pid)  # anything the test left in its group (workers) dies now
+        except BaseException:
+            self.abort()
+            raise
+        on_its_own = self._cleanup()
+        dumped = dumped or on_its_own
+        raw = self._raw
+        if timed_out:
+            return [
+                _synthetic(
+                    item,
+                    "call",
+                    f"timed out after {self.timeout_s:g} s: killed with its process group "
+                    f"(leftover processes: {leftover}).\nStacks at the timeout:\n{dumped}",
+                )
+            ]
+        try:
+            config = item.config
+            data = json.loads(raw)
+            reports = [config.hook.pytest_report_from_serializable(config=config, data=d) for d in data]
+            for report in reports:
+                if isinstance(report.longrepr, list):  # a skip's (path, line, reason), listed by JSON
+                    report.longrepr = tuple(report.longrepr)
+        except ValueError:
+            return [_synthetic(item, "call", f"the test process died (status {status}) before reporting.\n{dumped}")]
+        if leftover:
+            reports.append(_synthetic(item, "teardown", f"processes left running after the test: {leftover}"))
+        return reports
 
 
 #: After this long, and as often again, a still-running test is named on the terminal.

@@ -93,6 +93,7 @@ class Options:
     require_gpus: int = 0
     clauses: list[str] = field(default_factory=list)  # --clause: only these
     backends_where: str = "the command line"
+    jobs: int = 1  # isolated tests run side by side, at most this many at once
 
     def world_sizes_of(self, backend: str, start_method: str | None = None) -> list[int]:
         """The world sizes to run ``backend`` at (with ``start_method``, if one is named)."""
@@ -101,6 +102,10 @@ class Options:
         return self.backend_world_sizes.get(backend, self.world_sizes)
 
 
+HELP_JOBS = (
+    "isolated tests to run side by side, each in its own process group: a number, or 'auto' "
+    "(the default: the CPU count, at least 2); tests marked exclusive run alone"
+)
 HELP_CLAUSE = "only the tests of these clauses, by exact id, comma-separated (e.g. C1,C4)"
 
 #: (option, its short form where no other plugin or conftest has it, dest, help)
@@ -112,6 +117,7 @@ _OPTIONS = (
     ("--harness-declare", "--declare", "harness_declare", HELP_DECLARE),
     ("--harness-timeout", None, "harness_timeout", HELP_TIMEOUT),
     ("--harness-isolate", "--isolate", "harness_isolate", HELP_ISOLATE),
+    ("--harness-jobs", "--jobs", "harness_jobs", HELP_JOBS),
     ("--harness-require-gpus", "--require-gpus", "harness_require_gpus", HELP_REQUIRE_GPUS),
     ("--harness-report-json", "--report-json", "harness_report_json", "write the clause matrix as JSON to this path"),
     ("--harness-report-md", "--report-md", "harness_report_md", "write the clause matrix as Markdown to this path"),
@@ -129,6 +135,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("harness_backend_world_sizes", HELP_BACKEND_WORLD_SIZES, default="")
     parser.addini("harness_start_methods", HELP_START_METHOD, default="")
     parser.addini("harness_timeout", HELP_TIMEOUT, default="")
+    parser.addini("harness_jobs", HELP_JOBS, default="")
 
 
 def add_short_forms(parser: pytest.Parser) -> list[str]:
@@ -213,6 +220,8 @@ def parse_options(config: pytest.Config) -> Options:
     gpus_text, gpus_where = _setting(config, "harness_require_gpus", "HARNESS_REQUIRE_GPUS", "", "0")
     if not gpus_text.strip().isdigit():
         raise pytest.UsageError(f"Invalid GPU count {gpus_text!r} from {gpus_where}: expected an integer >= 0")
+    jobs_text, jobs_where = _setting(config, "harness_jobs", "HARNESS_JOBS", "harness_jobs", "auto")
+    jobs = _jobs(jobs_text, jobs_where)
     isolate_text = (config.getoption("harness_isolate") or "yes").lower()
     if isolate_text not in ("yes", "no"):
         raise pytest.UsageError(f"Invalid --isolate {isolate_text!r} from the command line: expected yes or no")
@@ -229,7 +238,17 @@ def parse_options(config: pytest.Config) -> Options:
         require_gpus=int(gpus_text),
         clauses=clauses,
         backends_where=backends_where,
+        jobs=jobs,
     )
+
+
+def _jobs(text: str, where: str) -> int:
+    text = text.strip().lower()
+    if text == "auto":
+        return max(2, os.cpu_count() or 1)
+    if not text.isdigit() or int(text) < 1:
+        raise pytest.UsageError(f"Invalid job count {text!r} from {where}: expected an integer >= 1 or 'auto'")
+    return int(text)
 
 
 def _clause_ids(text: str, where: str) -> list[str]:

@@ -14,7 +14,8 @@ Loaded through the ``pytest11`` entry point. For every test that uses the
   outcomes, and a run that checked nothing for a named backend fails
   (``_outcomes``).
 
-The pytest parent never imports torch's CUDA nor starts a worker.
+The pytest parent never initialises CUDA nor starts a worker; it imports torch
+once, before the first test process forks, so that no test pays for it again.
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ import dataclasses
 import os
 import shutil
 import subprocess
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import Any
 
 import pytest
 
-from harness._isolation import run_isolated, skipped_report, timeout_of
+from harness._isolation import IsolatedTest, prepare_parent, run_isolated, skipped_report, timeout_of
 from harness._outcomes import LEAK_CLAUSE, MatrixCollector, tag_item
+from harness._parallel import EXCLUSIVE_MARKER, run_side_by_side
 from harness._plugin_options import (
     NO_BACKEND,
     Options,
@@ -129,6 +131,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "distributed: starts workers; runs once per backend, in its own process")
     config.addinivalue_line("markers", "ray: needs Ray; skips with the install command where it is missing")
     config.addinivalue_line("markers", "perf: compares latency with a stored baseline")
+    config.addinivalue_line(
+        "markers", f"{EXCLUSIVE_MARKER}: runs with no other test beside it (it measures CPU time or latency)"
+    )
     config.addinivalue_line("markers", "clause(*ids): the SPEC.md clauses this test checks")
     opts = parse_options(config)
     for option in ("harness_report_json", "harness_report_md"):
@@ -366,31 +371,80 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         resource_tracker.ensure_running()
 
 
+def _reported_before_fork(item: pytest.Item) -> bool:
+    """Start the item's backend session (before any fork: it outlives the test
+    processes); report the item skipped if its variant's factory already failed."""
+    variant = variant_of(item)
+    if not isinstance(variant, Variant):
+        return False
+    item.config.stash[sessions_key].ensure(variant.backend)
+    failed = item.config.stash[collector_key].factory_failures.get(variant.id)
+    if failed is None:
+        return False
+    item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    item.ihook.pytest_runtest_logreport(report=skipped_report(item, f"the factory failed for {failed}"))
+    item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+    return True
+
+
+def _runs_isolated(item: pytest.Item) -> bool:
+    opts = item.config.stash[options_key]
+    return opts.isolate and item.get_closest_marker("distributed") is not None and hasattr(os, "fork")
+
+
+def _progress(config: pytest.Config) -> Callable[[str], None] | None:
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    return None if reporter is None else lambda text: reporter.write_line(text, yellow=True)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> bool | None:
+    """With --jobs above 1, run isolated tests side by side (``_parallel``)."""
+    opts = session.config.stash[options_key]
+    if opts.jobs <= 1 or not opts.isolate or not hasattr(os, "pidfd_open"):
+        return None  # pytest's own loop, one test at a time
+    if session.testsfailed and not session.config.option.continue_on_collection_errors:
+        raise session.Interrupted(f"{session.testsfailed} error{'s' * (session.testsfailed != 1)} during collection")
+    if session.config.option.collectonly:
+        return True
+    reaper = session.config.stash.get(reaper_key, None)
+
+    def start(item: pytest.Item) -> IsolatedTest | None:
+        if _reported_before_fork(item):
+            return None
+        return IsolatedTest(item, timeout_of(item, opts), reaper)
+
+    def variant(item: pytest.Item) -> str | None:
+        v = variant_of(item)
+        return v.id if isinstance(v, Variant) else None
+
+    run_side_by_side(session, opts.jobs, _runs_isolated, start, _progress(session.config), variant)
+    return True
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
     """Run distributed tests in a forked child that leads its own process group."""
-    opts = item.config.stash[options_key]
-    variant = variant_of(item)
-    if isinstance(variant, Variant):
-        # Here, before any fork: a session outlives the test processes.
-        item.config.stash[sessions_key].ensure(variant.backend)
-        failed = item.config.stash[collector_key].factory_failures.get(variant.id)
-        if failed is not None:
-            item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
-            item.ihook.pytest_runtest_logreport(report=skipped_report(item, f"the factory failed for {failed}"))
-            item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
-            return True
-    if not opts.isolate or item.get_closest_marker("distributed") is None or not hasattr(os, "fork"):
+    if _reported_before_fork(item):
+        return True
+    if not _runs_isolated(item):
         return None
     ihook = item.ihook
     ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
-    reporter = item.config.pluginmanager.get_plugin("terminalreporter")
-    progress = None if reporter is None else lambda text: reporter.write_line(text, yellow=True)
     reaper = item.config.stash.get(reaper_key, None)
-    for report in run_isolated(item, timeout_of(item, opts), reaper, progress):
+    opts = item.config.stash[options_key]
+    for report in run_isolated(item, timeout_of(item, opts), reaper, _progress(item.config)):
         ihook.pytest_runtest_logreport(report=report)
     ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
     return True
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Before any test runs, import in this process what every test process
+    would import again (torch), when some test will run isolated."""
+    opts = session.config.stash[options_key]
+    if opts.isolate and hasattr(os, "fork") and any(i.get_closest_marker("distributed") for i in session.items):
+        prepare_parent()
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -237,6 +237,22 @@ def worker_main(
         reader.close()
         replies.close()
         _destroy_process_group()
+    _exit_now()
+
+
+def _exit_now() -> None:
+    """End the worker without tearing down its interpreter: a spawned worker
+    would otherwise spend a third of a second unloading torch, and the caller's
+    shutdown() waits for it. (Forked workers end this way already.)"""
+    import multiprocessing.util
+
+    multiprocessing.util._exit_function()  # type: ignore[attr-defined]  # what multiprocessing runs at exit
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    os._exit(0)
 
 
 def _serve(worker: Worker, reader: RingReader, wake_r: int, replies: _ReplyChannel, spin_s: float) -> None:

@@ -278,6 +278,7 @@ def a_collectives(n: int) -> list[dict[str, Any]]:
 
 
 @pytest.mark.clause("C19")
+@pytest.mark.exclusive  # a CPU-time measurement: no other test runs beside it
 def test_c19_idle_executor_burns_no_caller_cpu(executor: Any) -> None:
     executor.collective_rpc(probes.rank)
     result_of(one_future(executor.collective_rpc(probes.rank, non_block=True), "non_block=True"), 60, "a future")

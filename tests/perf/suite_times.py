@@ -1,0 +1,133 @@
+"""How long the suite takes, and where the time goes: the figures of the
+"CPU tier in 10 minutes" work, reproducible from the repository.
+
+    python tests/perf/suite_times.py overhead            # harness overhead per test, no executor
+    python tests/perf/suite_times.py breakdown [ARGS]    # one pytest run, time per phase and variant
+    python tests/perf/suite_times.py table [ROW ...]     # the wall time of each row of the target table
+
+``breakdown`` runs ``python -m pytest ARGS --durations=0`` (default ARGS: the
+suite for the built-in backends, ``-m "not gpu" tests/distributed``) and sums
+pytest's own per-phase durations by variant: setup (the test process's
+fixtures: the executor's start-up), call (the test body: its waits), teardown
+(shutdown and leak checks). What the wall time holds beyond that sum is the
+harness's own work between tests (fork, reports, the matrix) and, with
+``--jobs`` above 1, the overlap of tests running side by side.
+
+Figures are wall-clock seconds on the machine that runs the script; compare
+them as ratios within one run: shared machines are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+ROWS = {
+    "test": [sys.executable, "-m", "pytest", "-m", "not gpu", "-q"],
+    "conform": [sys.executable, "-m", "harness", "conform", "--backend", "uni,mp,ray", "--world-size", "1,2,4", "-q"],
+    "conform-mp": [sys.executable, "-m", "harness", "conform", "--backend", "mp", "-q"],
+    "conform-ray-2": [sys.executable, "-m", "harness", "conform", "--backend", "ray", "--world-size", "2", "-q"],
+}
+
+_DURATION = re.compile(r"^(\d+\.\d+)s (setup|call|teardown)\s+(\S+)$")
+_VARIANT = re.compile(r"\[([^\]-]+-ws\d+-[a-z]+)")
+
+_TRIVIAL = textwrap.dedent(
+    """
+    import pytest
+
+    @pytest.mark.parametrize("i", range({n}))
+    @pytest.mark.distributed
+    def test_nothing(i):
+        pass
+    """
+)
+
+
+def _timed(cmd: list[str], cwd: str | None = None) -> tuple[float, str, int]:
+    start = time.monotonic()
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False)
+    return time.monotonic() - start, proc.stdout + proc.stderr, proc.returncode
+
+
+def overhead(n: int) -> None:
+    """Wall time per test of ``n`` empty tests run isolated (a forked process
+    each) against the same tests in pytest's own process."""
+    with tempfile.TemporaryDirectory() as folder:
+        with open(os.path.join(folder, "test_trivial.py"), "w", encoding="utf-8") as f:
+            f.write(_TRIVIAL.format(n=n))
+        base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", os.devnull, "--rootdir", folder]
+        for jobs in ("1", "auto"):
+            isolated, out, rc = _timed([*base, "--harness-jobs", jobs, "test_trivial.py"], cwd=folder)
+            inproc, out2, rc2 = _timed([*base, "--harness-isolate", "no", "test_trivial.py"], cwd=folder)
+            if rc or rc2:
+                sys.exit(f"the trivial run failed:\n{out}\n{out2}")
+            print(
+                f"{n} empty tests, --harness-jobs {jobs}: isolated {isolated:.2f} s, in-process {inproc:.2f} s; "
+                f"overhead per test {(isolated - inproc) / n * 1000:.0f} ms"
+            )
+
+
+def breakdown(args: list[str]) -> None:
+    cmd = [sys.executable, "-m", "pytest", *(args or ["-m", "not gpu", "tests/distributed"])]
+    cmd += ["-q", "-p", "no:cacheprovider", "--durations=0", "--durations-min=0"]
+    print("$", " ".join(cmd), flush=True)
+    wall, out, rc = _timed(cmd)
+    sums: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    counts: collections.Counter[str] = collections.Counter()
+    for line in out.splitlines():
+        m = _DURATION.match(line.strip())
+        if not m:
+            continue
+        seconds, phase, nodeid = float(m.group(1)), m.group(2), m.group(3)
+        v = _VARIANT.search(nodeid)
+        key = v.group(1) if v else nodeid.split("::")[0]
+        sums[key][phase] += seconds
+        if phase == "setup":
+            counts[key] += 1
+    print(f"{'variant or file':40} {'tests':>5} {'setup':>8} {'call':>8} {'teardown':>8} {'sum':>8}")
+    total = 0.0
+    for key in sorted(sums):
+        s = sums[key]
+        row = s["setup"] + s["call"] + s["teardown"]
+        total += row
+        print(f"{key:40} {counts[key]:5d} {s['setup']:8.1f} {s['call']:8.1f} {s['teardown']:8.1f} {row:8.1f}")
+    print(f"phases summed: {total:.1f} s; wall: {wall:.1f} s (exit {rc})")
+    print(out.strip().splitlines()[-1] if out.strip() else "")
+
+
+def table(rows: list[str]) -> None:
+    unknown = [r for r in rows if r not in ROWS]
+    if unknown:
+        sys.exit(f"unknown row {unknown[0]!r} on the command line: expected some of {', '.join(ROWS)}")
+    for name in rows or list(ROWS):
+        wall, out, rc = _timed(ROWS[name])
+        last = out.strip().splitlines()[-1] if out.strip() else ""
+        print(f"{name:14} {wall:7.1f} s  exit {rc}  {' '.join(ROWS[name][1:])}  | {last}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="what", required=True)
+    p = sub.add_parser("overhead")
+    p.add_argument("-n", type=int, default=50)
+    sub.add_parser("breakdown").add_argument("args", nargs=argparse.REMAINDER)
+    sub.add_parser("table").add_argument("rows", nargs="*", help=f"some of: {', '.join(ROWS)} (default: all)")
+    ns = parser.parse_args()
+    if ns.what == "overhead":
+        overhead(ns.n)
+    elif ns.what == "breakdown":
+        breakdown(ns.args)
+    else:
+        table(ns.rows)
+
+
+if __name__ == "__main__":
+    main()
