@@ -1,0 +1,162 @@
+"""Isolated tests side by side (``--harness-jobs``), and the pytest process's torch.
+
+Each test still runs in a process of its own; these check what running them
+at once must not change: exclusive tests run alone, a variant's first test
+ends before its next one starts, -x stops the run and takes what still runs
+along, and a test process forked after pytest's own process used torch still
+computes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.meta.test_plugin import _tagged
+
+# Each test writes when it ran; the run's tests are compared afterwards.
+INTERVALS = """
+import json, os, time
+import pytest
+
+def _ran(name, seconds):
+    start = time.time()
+    time.sleep(seconds)
+    with open(os.path.join(os.environ["INTERVALS"], name), "w") as f:
+        json.dump([start, time.time()], f)
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("i", range(4))
+def test_waits(i):
+    _ran(f"waits{i}", 1.5)
+
+@pytest.mark.distributed
+@pytest.mark.exclusive
+def test_alone():
+    _ran("alone", 1.0)
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("i", range(2))
+def test_more(i):
+    _ran(f"more{i}", 1.5)
+"""
+
+
+def _intervals(folder: Path) -> dict[str, tuple[float, float]]:
+    return {p.name: tuple(json.loads(p.read_text())) for p in folder.iterdir()}  # type: ignore[misc]
+
+
+def _overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    return a[0] < b[1] and b[0] < a[1]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("jobs", ["1", "3"])
+def test_tests_overlap_up_to_jobs_and_an_exclusive_test_runs_alone(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, jobs: str
+) -> None:
+    monkeypatch.setenv("INTERVALS", str(tmp_path))
+    pytester.makepyfile(test_times=INTERVALS)
+    result = pytester.runpytest_subprocess("--harness-jobs", jobs, "-p", "no:cacheprovider", "-v")
+    result.assert_outcomes(passed=7)
+    ran = _intervals(tmp_path)
+    assert len(ran) == 7
+    names = sorted(ran)
+    at_once = max(sum(_overlap(ran[a], ran[b]) for b in names) for a in names)  # itself included
+    if jobs == "1":
+        assert at_once == 1, f"with --harness-jobs 1, tests overlapped: {ran}"
+    else:
+        assert 2 <= at_once <= 3, f"with --harness-jobs 3, at most 3 tests at once, and some at once: {ran}"
+    others = [n for n in names if n != "alone"]
+    assert not any(_overlap(ran["alone"], ran[n]) for n in others), f"the exclusive test ran beside another: {ran}"
+    # Collection order holds across the exclusive test: what precedes it ended before it began.
+    assert all(ran[f"waits{i}"][1] <= ran["alone"][0] for i in range(4))
+    assert all(ran["alone"][1] <= ran[f"more{i}"][0] for i in range(2))
+    out = result.stdout.str()
+    for name in ("test_waits[0]", "test_alone", "test_more[1]"):
+        assert f"test_times.py::{name} PASSED" in out, f"{name} is not reported passed:\n{out}"
+
+
+STOPS = """
+import time
+import pytest
+
+@pytest.mark.distributed
+def test_fails_soon():
+    time.sleep(0.5)
+    assert False, "the first failure"
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("i", range(2))
+def test_sleeps_long(i):
+    time.sleep(120)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_x_stops_the_run_and_takes_the_tests_still_running_along(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tag = os.urandom(8).hex()
+    monkeypatch.setenv("HARNESS_META_TAG", tag)
+    pytester.makepyfile(test_stops=STOPS)
+    start = time.monotonic()
+    result = pytester.runpytest_subprocess("--harness-jobs", "3", "-x", "-p", "no:cacheprovider")
+    took = time.monotonic() - start
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*stopping after 1 failures*"])
+    assert took < 60, f"-x waited {took:.0f} s for the tests still running"
+    assert not _tagged(tag), f"processes of the run left behind: {sorted(_tagged(tag))}"
+
+
+TORCH_AFTER_THE_PARENT_USED_IT = """
+import os
+import pytest
+import torch
+
+def test_in_pytests_own_process():
+    x = torch.randn(1500, 1500)
+    assert (x @ x).shape == (1500, 1500)  # a parallel op in the process that forks the tests
+
+@pytest.mark.distributed
+def test_in_a_forked_process():
+    x = torch.randn(1500, 1500)
+    assert (x @ x).shape == (1500, 1500)
+    assert torch.get_num_threads() == int(os.environ["EXPECTED_THREADS"])
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_test_process_computes_with_torch_after_pytests_own_process_did(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, jobs: str
+) -> None:
+    # Not imported here: pytester drops the modules a test imported, and torch
+    # cannot be imported twice in one process.
+    probe = "import torch; print(torch.get_num_threads())"
+    threads = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    monkeypatch.setenv("EXPECTED_THREADS", threads.strip())
+    pytester.makepyfile(test_torch=TORCH_AFTER_THE_PARENT_USED_IT)
+    result = pytester.runpytest_subprocess("--harness-jobs", jobs, "--harness-timeout", "60", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+
+
+@pytest.mark.parametrize(("where", "value"), [("--harness-jobs", "0"), ("HARNESS_JOBS", "many")])
+def test_a_bad_job_count_is_a_usage_error_naming_it(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, where: str, value: str
+) -> None:
+    pytester.makepyfile(test_x="def test_x(): pass")
+    if where.startswith("--"):
+        result = pytester.runpytest_subprocess(where, value)
+        origin = "the command line"
+    else:
+        monkeypatch.setenv(where, value)
+        result = pytester.runpytest_subprocess()
+        origin = f"the environment variable {where}"
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*Invalid job count '{value}' from {origin}: expected an integer >= 1 or 'auto'*"])
