@@ -51,10 +51,23 @@ _TRIVIAL = textwrap.dedent(
 )
 
 
+def _busy() -> float:
+    """CPU seconds this machine has spent busy (not idle or waiting on I/O), all cores."""
+    with open("/proc/stat", encoding="ascii") as f:
+        fields = [float(v) for v in f.readline().split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def _timed(cmd: list[str], cwd: str | None = None) -> tuple[float, str, int]:
+    """Wall seconds, output and exit status of ``cmd``; prints how busy the machine's CPUs were."""
+    before = _busy()
     start = time.monotonic()
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False)
-    return time.monotonic() - start, proc.stdout + proc.stderr, proc.returncode
+    wall = time.monotonic() - start
+    # The whole machine's: Ray's workers, for one, are not this process's descendants.
+    cpu = _busy() - before
+    print(f"  [{wall:.1f} s wall; the machine's CPUs were {cpu / wall:.2f} cores busy on average]", flush=True)
+    return wall, proc.stdout + proc.stderr, proc.returncode
 
 
 def overhead(n: int) -> None:
@@ -100,6 +113,12 @@ def breakdown(args: list[str]) -> None:
         total += row
         print(f"{key:40} {counts[key]:5d} {s['setup']:8.1f} {s['call']:8.1f} {s['teardown']:8.1f} {row:8.1f}")
     print(f"phases summed: {total:.1f} s; wall: {wall:.1f} s (exit {rc})")
+    slowest = sorted(
+        (m for m in map(_DURATION.match, map(str.strip, out.splitlines())) if m), key=lambda m: -float(m.group(1))
+    )
+    print("slowest phases:")
+    for m in slowest[:15]:
+        print(f"  {m.group(1):>7}s {m.group(2):8} {m.group(3)}")
     print(out.strip().splitlines()[-1] if out.strip() else "")
 
 
@@ -118,13 +137,14 @@ def main() -> None:
     sub = parser.add_subparsers(dest="what", required=True)
     p = sub.add_parser("overhead")
     p.add_argument("-n", type=int, default=50)
-    sub.add_parser("breakdown").add_argument("args", nargs=argparse.REMAINDER)
+    sub.add_parser("breakdown", help="then pytest's arguments")
     sub.add_parser("table").add_argument("rows", nargs="*", help=f"some of: {', '.join(ROWS)} (default: all)")
+    if sys.argv[1:2] == ["breakdown"]:  # everything after it is pytest's
+        breakdown(sys.argv[2:])
+        return
     ns = parser.parse_args()
     if ns.what == "overhead":
         overhead(ns.n)
-    elif ns.what == "breakdown":
-        breakdown(ns.args)
     else:
         table(ns.rows)
 
