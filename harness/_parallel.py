@@ -28,10 +28,12 @@ import pytest
 
 from harness._isolation import PROGRESS_EVERY_S, IsolatedTest
 
-__all__ = ["EXCLUSIVE_MARKER", "run_side_by_side"]
+__all__ = ["EXCLUSIVE_MARKER", "ISOLATED_MARKER", "run_side_by_side"]
 
 #: Tests with this marker run alone.
 EXCLUSIVE_MARKER = "exclusive"
+#: Tests with this marker run isolated (as backend tests do), side by side.
+ISOLATED_MARKER = "isolated"
 
 
 class _Slot:

@@ -32,7 +32,7 @@ import pytest
 
 from harness._isolation import IsolatedTest, prepare_parent, run_isolated, skipped_report, timeout_of
 from harness._outcomes import LEAK_CLAUSE, MatrixCollector, tag_item
-from harness._parallel import EXCLUSIVE_MARKER, run_side_by_side
+from harness._parallel import EXCLUSIVE_MARKER, ISOLATED_MARKER, run_side_by_side
 from harness._plugin_options import (
     NO_BACKEND,
     Options,
@@ -133,6 +133,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "perf: compares latency with a stored baseline")
     config.addinivalue_line(
         "markers", f"{EXCLUSIVE_MARKER}: runs with no other test beside it (it measures CPU time or latency)"
+    )
+    config.addinivalue_line(
+        "markers",
+        f"{ISOLATED_MARKER}: runs in a forked process of its own, side by side with others (a test that waits on "
+        "subprocesses, not a backend test)",
     )
     config.addinivalue_line("markers", "clause(*ids): the SPEC.md clauses this test checks")
     opts = parse_options(config)
@@ -387,9 +392,23 @@ def _reported_before_fork(item: pytest.Item) -> bool:
     return True
 
 
+def _leave_setups_for(item: pytest.Item) -> None:
+    """Tear down, in this process, what earlier in-process tests set up and
+    ``item`` does not share (another module's fixtures): the forked test
+    process starts from this state, and pytest refuses to set up an item
+    beside another module's leftovers."""
+    try:
+        item.session._setupstate.teardown_exact(item)
+    except Exception as exc:  # noqa: BLE001 - an earlier test's teardown; the run goes on
+        reporter = item.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"[harness] tearing down before {item.nodeid} failed: {exc!r}", red=True)
+
+
 def _runs_isolated(item: pytest.Item) -> bool:
     opts = item.config.stash[options_key]
-    return opts.isolate and item.get_closest_marker("distributed") is not None and hasattr(os, "fork")
+    marked = item.get_closest_marker("distributed") or item.get_closest_marker(ISOLATED_MARKER)
+    return opts.isolate and marked is not None and hasattr(os, "fork")
 
 
 def _progress(config: pytest.Config) -> Callable[[str], None] | None:
@@ -412,6 +431,7 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
     def start(item: pytest.Item) -> IsolatedTest | None:
         if _reported_before_fork(item):
             return None
+        _leave_setups_for(item)
         return IsolatedTest(item, timeout_of(item, opts), reaper)
 
     def variant(item: pytest.Item) -> str | None:
@@ -429,6 +449,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return True
     if not _runs_isolated(item):
         return None
+    _leave_setups_for(item)
     ihook = item.ihook
     ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     reaper = item.config.stash.get(reaper_key, None)
@@ -442,8 +463,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Before any test runs, import in this process what every test process
     would import again (torch), when some test will run isolated."""
-    opts = session.config.stash[options_key]
-    if opts.isolate and hasattr(os, "fork") and any(i.get_closest_marker("distributed") for i in session.items):
+    if any(_runs_isolated(i) for i in session.items):
         prepare_parent()
 
 

@@ -104,7 +104,7 @@ def conform(backend: str, k: str, tmp_path: Path, timeout: str = "120") -> tuple
 
 #: How many conform runs go at once: they mostly wait (timeouts, deaths, shutdown
 #: bounds), and each runs its tests in processes of their own.
-PARALLEL = int(os.environ.get("HARNESS_META_PARALLEL") or 2)
+PARALLEL = int(os.environ.get("HARNESS_META_PARALLEL") or 4)
 _REFERENCE = -1
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.conformance._checks import wait_until
 from tests.meta.test_plugin import _tagged
 
 # Each test writes when it ran; the run's tests are compared afterwards.
@@ -111,7 +112,8 @@ def test_x_stops_the_run_and_takes_the_tests_still_running_along(
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*stopping after 1 failures*"])
     assert took < 60, f"-x waited {took:.0f} s for the tests still running"
-    assert not _tagged(tag), f"processes of the run left behind: {sorted(_tagged(tag))}"
+    # The run's reaper may still be at work for a moment after pytest exits.
+    assert wait_until(lambda: not _tagged(tag), 15), f"processes of the run left behind: {sorted(_tagged(tag))}"
 
 
 TORCH_AFTER_THE_PARENT_USED_IT = """
@@ -160,3 +162,40 @@ def test_a_bad_job_count_is_a_usage_error_naming_it(
         origin = f"the environment variable {where}"
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*Invalid job count '{value}' from {origin}: expected an integer >= 1 or 'auto'*"])
+
+
+MIXED = {
+    "test_first": """
+import pytest
+
+@pytest.fixture(scope="module")
+def shared():
+    yield 1
+
+def test_in_process(shared):
+    assert shared == 1
+
+@pytest.mark.isolated
+def test_isolated_beside_it():
+    pass
+""",
+    "test_second": """
+import pytest
+
+@pytest.mark.isolated
+def test_isolated_in_another_module():
+    pass
+
+def test_in_process_again():
+    pass
+""",
+}
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_isolated_tests_after_in_process_ones_of_another_module_start_clean(
+    pytester: pytest.Pytester, jobs: str
+) -> None:
+    pytester.makepyfile(**MIXED)
+    result = pytester.runpytest_subprocess("--harness-jobs", jobs, "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=4)

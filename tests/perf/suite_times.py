@@ -116,6 +116,9 @@ def breakdown(args: list[str]) -> None:
     slowest = sorted(
         (m for m in map(_DURATION.match, map(str.strip, out.splitlines())) if m), key=lambda m: -float(m.group(1))
     )
+    for line in out.splitlines():
+        if line.startswith(("FAILED ", "ERROR ")):
+            print(line)
     print("slowest phases:")
     for m in slowest[:15]:
         print(f"  {m.group(1):>7}s {m.group(2):8} {m.group(3)}")
