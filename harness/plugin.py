@@ -447,9 +447,11 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     """Run distributed tests in a forked child that leads its own process group."""
     if _reported_before_fork(item):
         return True
+    # Also before a test that runs here: what the isolated tests before it did
+    # not tear down here (they ran elsewhere) must not stand in its way.
+    _leave_setups_for(item)
     if not _runs_isolated(item):
         return None
-    _leave_setups_for(item)
     ihook = item.ihook
     ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     reaper = item.config.stash.get(reaper_key, None)

@@ -165,7 +165,7 @@ def test_a_bad_job_count_is_a_usage_error_naming_it(
 
 
 MIXED = {
-    "test_first": """
+    "a/test_first.py": """
 import pytest
 
 @pytest.fixture(scope="module")
@@ -179,23 +179,25 @@ def test_in_process(shared):
 def test_isolated_beside_it():
     pass
 """,
-    "test_second": """
+    "a/test_second.py": """
 import pytest
 
 @pytest.mark.isolated
 def test_isolated_in_another_module():
     pass
-
-def test_in_process_again():
+""",
+    "b/test_third.py": """
+def test_in_process_in_another_folder():
     pass
 """,
 }
 
 
 @pytest.mark.parametrize("jobs", ["1", "2"])
-def test_isolated_tests_after_in_process_ones_of_another_module_start_clean(
-    pytester: pytest.Pytester, jobs: str
-) -> None:
-    pytester.makepyfile(**MIXED)
-    result = pytester.runpytest_subprocess("--harness-jobs", jobs, "-p", "no:cacheprovider")
+def test_tests_after_isolated_ones_start_clean_whatever_ran_before(pytester: pytest.Pytester, jobs: str) -> None:
+    for name, text in MIXED.items():
+        path = pytester.path / name
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+    result = pytester.runpytest_subprocess("--harness-jobs", jobs, "-p", "no:cacheprovider", "a", "b")
     result.assert_outcomes(passed=4)
