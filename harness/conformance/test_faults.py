@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -196,7 +199,12 @@ def test_c13_every_process_the_executor_started_exits_when_the_caller_is_sigkill
     # The caller's tag marks every process started from it, wherever it goes
     # (a new session, a double fork); its process tree is taken before the kill.
     tag = leaks.new_tag()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), **{leaks.TAG_ENV: tag})
+    # Its temporary files go in a folder of this test's, removed after it: a
+    # SIGKILLed caller cannot remove them. (Short: it may hold unix sockets.)
+    driver_tmp = tempfile.mkdtemp(prefix="c13-")
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), TMPDIR=driver_tmp, **{leaks.TAG_ENV: tag}
+    )
     driver = subprocess.Popen(
         [
             sys.executable,
@@ -223,6 +231,8 @@ def test_c13_every_process_the_executor_started_exits_when_the_caller_is_sigkill
         add(leaks.started_by(driver.pid, None), "in the caller's process tree")
         add(leaks.tagged(tag), "carries the caller's tag")
     finally:
+        # What the caller maps now, it cannot unlink once killed: removed after the verdict.
+        segments = leaks.shm_mapped_by([driver.pid, *found])
         driver.kill()
         driver.wait(timeout=30)
     killed = time.monotonic()
@@ -239,4 +249,8 @@ def test_c13_every_process_the_executor_started_exits_when_the_caller_is_sigkill
         except ProcessLookupError:
             pass
     described = [f"{what} [{', '.join(sorted(found[p]))}]" for p, what in alive.items()]
+    for name in segments - leaks.shm_mapped_by(leaks.tagged(tag)):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"/dev/shm/{name}")
+    shutil.rmtree(driver_tmp, ignore_errors=True)
     assert not alive, f"10 s after their caller was SIGKILLed, processes it started still run: {'; '.join(described)}"

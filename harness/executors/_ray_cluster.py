@@ -196,6 +196,10 @@ def _keep(death_fd: int, num_cpus: str, num_gpus: str) -> None:
     ]
     if num_gpus:
         cmd.append(f"--num-gpus={num_gpus}")
+    # The cluster's processes (actors included) keep their temporary files in
+    # its folder too: they go with the cluster, even those of an actor killed
+    # with its caller (C13), which cannot remove its own.
+    os.environ["TMPDIR"] = temp_dir
     try:
         _write_token(os.path.join(temp_dir, _TOKEN_FILE))
         with open(log_path, "wb") as log:
