@@ -185,20 +185,21 @@ class IsolatedTest:
             os.waitpid(self.pid, 0)
         self._cleanup()
 
-    def _cleanup(self) -> str:
-        """Remove the test's files; return the stacks it dumped, if any."""
+    def _cleanup(self, dumped: str = "") -> tuple[str, str]:
+        """Remove the test's files; return its reports (JSON, as written) and
+        ``dumped``, or else the stacks it dumped on its own, if any."""
         raw = ""
         with contextlib.suppress(OSError):
             with open(self._results, encoding="utf-8") as f:
                 raw = f.read()
             os.unlink(self._results)
-        self._raw = raw
-        dumped = collect_stacks([], self._stacks_dir)  # what the child dumped on its own
+        if not dumped:
+            dumped = collect_stacks([], self._stacks_dir)  # what the child dumped on its own
         shutil.rmtree(self._stacks_dir, ignore_errors=True)
         shutil.rmtree(self._test_tmp, ignore_errors=True)
         if self._reaper is not None:
             self._reaper.unregister(self.pid)
-        return dumped
+        return raw, dumped
 
     def finish(self, status: int | None) -> list[pytest.TestReport]:
         """The reports, once the child exited with ``status``, or None: it ran
@@ -215,9 +216,7 @@ class IsolatedTest:
         except BaseException:
             self.abort()
             raise
-        on_its_own = self._cleanup()
-        dumped = dumped or on_its_own
-        raw = self._raw
+        raw, dumped = self._cleanup(dumped)
         if timed_out:
             return [
                 _synthetic(
