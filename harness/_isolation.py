@@ -236,7 +236,14 @@ class IsolatedTest:
         except ValueError:
             return [_synthetic(item, "call", f"the test process died (status {status}) before reporting.\n{dumped}")]
         if leftover:
-            reports.append(_synthetic(item, "teardown", f"processes left running after the test: {leftover}"))
+            reports.append(
+                _synthetic(
+                    item,
+                    "teardown",
+                    f"processes left running {LEFTOVER_SETTLE_S:g} s after the test's process ended, "
+                    f"killed now: {leftover}",
+                )
+            )
         return reports
 
 
@@ -275,20 +282,39 @@ def _wait_child(
             os.close(fd)
 
 
-def _kill_group(pgid: int, settle_s: float = 2.0) -> list[int]:
+#: How long what a test started may take to exit on its own once the test's
+#: process has ended. Generous because it costs nothing where they do exit: a
+#: process that outlives its parent by design (Python's fork server notices its
+#: parent's end, then unloads torch) can take seconds on a loaded machine.
+LEFTOVER_SETTLE_S = 5.0
+
+
+def _kill_group(pgid: int, settle_s: float = LEFTOVER_SETTLE_S) -> list[str]:
     """SIGKILL every process in the group, after ``settle_s`` s for them to exit
-    on their own; return the pids that had not."""
+    on their own; return those that had not, as pid and command line."""
     deadline = time.monotonic() + settle_s
     while True:
         pids = _group_members(pgid)
         if not pids or time.monotonic() >= deadline:
             break
         time.sleep(0.05)
+    described = [_describe(p) for p in pids]
     try:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    return pids
+    return described
+
+
+def _describe(pid: int) -> str:
+    """``pid`` with its command line, cut short: which of the test's processes it was."""
+    import psutil
+
+    try:
+        cmdline = " ".join(psutil.Process(pid).cmdline())
+    except (psutil.Error, OSError):
+        cmdline = ""
+    return f"{pid} ({cmdline[:120]})" if cmdline else str(pid)
 
 
 def _group_members(pgid: int) -> list[int]:

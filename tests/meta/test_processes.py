@@ -93,3 +93,31 @@ def test_each_backend_gets_a_variant_per_start_method_it_declares(pytester: pyte
         "mp-ws1-fork",
         "mp-ws1-forkserver",
     }, result.outlines
+
+
+LEAVES_PROCESSES = """
+import subprocess, sys
+import pytest
+
+@pytest.mark.distributed
+def test_leaves_a_sleeper():
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)  # left-behind"])
+
+@pytest.mark.distributed
+def test_leaves_one_that_exits_soon():
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1)"])
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_process_the_test_left_running_fails_it_and_is_named_and_killed(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_leaves=LEAVES_PROCESSES)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--harness-jobs", "1")
+    out = "\n".join(result.outlines)
+    # The sleeper's test errors at teardown; one that exits within the settle
+    # time, as a fork server does once its parent is gone, is no leak: both pass.
+    result.assert_outcomes(passed=2, errors=1)
+    assert "ERROR test_leaves.py::test_leaves_a_sleeper" in out, out
+    assert "processes left running" in out and "# left-behind" in out, out
+    left = subprocess.run(["pgrep", "-f", "# left-behind"], capture_output=True, text=True, check=False)
+    assert not left.stdout.strip(), f"the left-behind process still runs: {left.stdout}"
