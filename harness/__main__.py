@@ -139,7 +139,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     conform = sub.add_parser("conform", help="run the conformance suite against a backend and print the matrix")
     conform.add_argument("--backend", required=True, help="built-in name(s), 'module:attr', or entry point(s)")
     conform.add_argument("--world-size", help="comma-separated world sizes (default: HARNESS_WORLD_SIZE, else 1,2,4)")
-    conform.add_argument("--start-method", help="comma-separated start methods (default: all a backend supports)")
+    conform.add_argument(
+        "--start-method",
+        help="comma-separated start methods, each at every world size (default: all a backend supports: "
+        "its first at every world size, the others at one, 2 where selected)",
+    )
     conform.add_argument("--clause", help="only these clauses, by exact id, e.g. C1,C4")
     conform.add_argument("--declare", help="clauses to treat as declared unsupported, e.g. C12,C22")
     conform.add_argument("--require-gpus", help="fail, not skip, GPU tests needing at most N GPUs when fewer exist")

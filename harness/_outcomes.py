@@ -160,7 +160,13 @@ class MatrixCollector:
         if reasons:
             return "every selected check was not run: " + "; ".join(reasons)
         loaded = self.opts.loaded.get(name)
-        requested = sorted({ws for sm in self.opts.start_methods for ws in self.opts.world_sizes_of(name, sm)})
+        requested = sorted(
+            {
+                ws
+                for sm in self.opts.start_methods
+                for ws in self.opts.world_sizes_of(name, sm, loaded if isinstance(loaded, LoadedBackend) else None)
+            }
+        )
         if isinstance(loaded, LoadedBackend) and not any(loaded.supports_world_size(ws) for ws in requested):
             return f"its declared world_sizes {loaded.world_sizes} exclude every requested size {requested}"
         return "no test of it was selected (-k, -m or the paths given matched none)"

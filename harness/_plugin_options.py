@@ -41,7 +41,10 @@ HELP_BACKEND_WORLD_SIZES = (
     "'ray=2,4; mp=1,2; mp/fork=2' (ini only); used when no world size is given on the command line "
     "or in HARNESS_WORLD_SIZE"
 )
-HELP_START_METHOD = "start methods to run, comma-separated (default: every one a backend supports)"
+HELP_START_METHOD = (
+    "start methods to run, comma-separated, each at every world size (default: every one a backend "
+    "supports: its first at every world size, the others at one, 2 where selected)"
+)
 HELP_DECLARE = "clauses to treat as declared unsupported for every backend, comma-separated (e.g. C12,C22)"
 HELP_TIMEOUT = "seconds after which an isolated test is killed with its process group (default 300)"
 HELP_ISOLATE = "run each (test, backend) pair in a fresh forked process (default on; 'no' to run in-process)"
@@ -94,12 +97,37 @@ class Options:
     clauses: list[str] = field(default_factory=list)  # --clause: only these
     backends_where: str = "the command line"
     jobs: int = 1  # isolated tests run side by side, at most this many at once
+    #: False where the start methods are the default: a backend's first start
+    #: method then runs at every world size, its others at one (see world_sizes_of).
+    start_methods_explicit: bool = True
 
-    def world_sizes_of(self, backend: str, start_method: str | None = None) -> list[int]:
-        """The world sizes to run ``backend`` at (with ``start_method``, if one is named)."""
+    def world_sizes_of(
+        self, backend: str, start_method: str | None = None, loaded: LoadedBackend | None = None
+    ) -> list[int]:
+        """The world sizes to run ``backend`` at (with ``start_method``, if one
+        is named; ``loaded``: the backend, for the start methods and world
+        sizes it declares)."""
         if start_method is not None and f"{backend}/{start_method}" in self.backend_world_sizes:
             return self.backend_world_sizes[f"{backend}/{start_method}"]
-        return self.backend_world_sizes.get(backend, self.world_sizes)
+        sizes = self.backend_world_sizes.get(backend, self.world_sizes)
+        if start_method is None or self.start_methods_explicit:
+            return sizes
+        declared = loaded.start_methods if loaded is not None else None
+        offered = [m for m in (declared or START_METHODS) if m in self.start_methods]
+        if not offered or start_method == offered[0]:
+            return sizes
+        runnable = [ws for ws in sizes if loaded is None or loaded.supports_world_size(ws)]
+        return [secondary_world_size(runnable)] if runnable else []
+
+
+def secondary_world_size(sizes: list[int]) -> int:
+    """The one world size a backend's other start methods run at by default: 2
+    where selected (the smallest with a peer rank to talk to), else the
+    smallest above 1, else the smallest."""
+    if 2 in sizes:
+        return 2
+    above_one = [ws for ws in sizes if ws > 1]
+    return min(above_one) if above_one else min(sizes)
 
 
 HELP_JOBS = (
@@ -239,6 +267,7 @@ def parse_options(config: pytest.Config) -> Options:
         clauses=clauses,
         backends_where=backends_where,
         jobs=jobs,
+        start_methods_explicit=sm_where != "the default",
     )
 
 
@@ -317,11 +346,12 @@ def parametrize(metafunc: pytest.Metafunc, opts: Options) -> None:
                 params.append(pytest.param(u, id=u.id, marks=pytest.mark.skip(reason=reason)))
             continue
         starts = [s for s in opts.start_methods if s in (loaded.start_methods or START_METHODS)]
+        sizes = {sm: opts.world_sizes_of(name, sm, loaded) for sm in starts}
         variants = [
             Variant(loaded, ws, sm)
-            for ws in sorted({w for sm in starts for w in opts.world_sizes_of(name, sm)})
+            for ws in sorted({w for sm in starts for w in sizes[sm]})
             for sm in starts
-            if ws in opts.world_sizes_of(name, sm) and loaded.supports_world_size(ws)
+            if ws in sizes[sm] and loaded.supports_world_size(ws)
         ]
         params += [pytest.param(v, id=v.id) for v in variants]
     metafunc.parametrize("harness_variant", params, indirect=True)

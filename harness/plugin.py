@@ -152,6 +152,11 @@ def pytest_configure(config: pytest.Config) -> None:
             "world sizes": opts.world_sizes,
             **({"world sizes by backend": opts.backend_world_sizes} if opts.backend_world_sizes else {}),
             "start methods": opts.start_methods,
+            **(
+                {}
+                if opts.start_methods_explicit
+                else {"start methods run": "a backend's first at every world size, its others at one (2 if selected)"}
+            ),
             **({"required GPUs": opts.require_gpus} if opts.require_gpus else {}),
         }
     )

@@ -121,3 +121,48 @@ def test_a_process_the_test_left_running_fails_it_and_is_named_and_killed(pytest
     assert "processes left running" in out and "# left-behind" in out, out
     left = subprocess.run(["pgrep", "-f", "# left-behind"], capture_output=True, text=True, check=False)
     assert not left.stdout.strip(), f"the left-behind process still runs: {left.stdout}"
+
+
+def test_by_default_a_backends_first_start_method_runs_at_every_world_size_and_the_others_at_one(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        backends=textwrap.dedent(
+            """
+            from harness.executors.multiproc import create as _mp
+
+            def forkserver_first(config):
+                return _mp(config)
+
+            forkserver_first.start_methods = ("forkserver", "spawn")
+
+            def no_two(config):
+                return _mp(config)
+
+            no_two.world_sizes = (1, 4)
+            """
+        ),
+        test_x="def test_x(executor):\n    pass\n",
+    )
+
+    def ids(*args: str) -> set[str]:
+        result = pytester.runpytest_subprocess("--collect-only", "-q", "-p", "no:cacheprovider", *args)
+        return {line.split("[", 1)[1].rstrip("]") for line in result.outlines if "test_x[" in line}
+
+    assert ids("--backend", "backends:forkserver_first,backends:no_two,uni", "--world-size", "1,2,4") == {
+        "backends:forkserver_first-ws1-forkserver",
+        "backends:forkserver_first-ws2-forkserver",
+        "backends:forkserver_first-ws4-forkserver",
+        "backends:forkserver_first-ws2-spawn",
+        # Declaring nothing means every start method, spawn first; 2 is not a size it runs: the next one is.
+        "backends:no_two-ws1-spawn",
+        "backends:no_two-ws4-spawn",
+        "backends:no_two-ws4-fork",
+        "backends:no_two-ws4-forkserver",
+        "uni-ws1-spawn",
+    }
+    # Start methods named on the command line each run at every world size.
+    assert ids("--backend", "backends:forkserver_first", "--world-size", "1,2", "--start-method", "spawn") == {
+        "backends:forkserver_first-ws1-spawn",
+        "backends:forkserver_first-ws2-spawn",
+    }
