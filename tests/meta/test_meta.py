@@ -134,6 +134,9 @@ def case_reports(
         except BaseException as exc:  # noqa: BLE001 - the case's own test reports it
             return i, exc
 
+    # Once, here: threads that each found no base folder yet would each make
+    # one, and a green run removes only the one pytest kept.
+    tmp_path_factory.getbasetemp()
     with concurrent.futures.ThreadPoolExecutor(PARALLEL) as pool:
         return dict(pool.map(run, sorted(wanted)))
 
