@@ -12,6 +12,23 @@ or a plot runs, so this package loads without them.
 
 from __future__ import annotations
 
+from harness.perf.baseline import (
+    BASELINE_FOLDER,
+    FINGERPRINT_FIELDS,
+    MAX_STORED_SAMPLES,
+    SCHEMA_VERSION,
+    Baseline,
+    BaselineError,
+    Distribution,
+    Entry,
+    Fingerprint,
+    baseline_path,
+    find_baseline,
+    git_commit,
+    load_baseline,
+    machine_fingerprint,
+    store_baseline,
+)
 from harness.perf.stats import (
     FASTER,
     MIN_SAMPLES,
@@ -26,14 +43,29 @@ from harness.perf.stats import (
 )
 
 __all__ = [
+    "BASELINE_FOLDER",
     "FASTER",
+    "FINGERPRINT_FIELDS",
+    "MAX_STORED_SAMPLES",
     "MIN_SAMPLES",
     "NO_CHANGE",
+    "SCHEMA_VERSION",
     "SLOWER",
+    "Baseline",
+    "BaselineError",
     "Decision",
+    "Distribution",
+    "Entry",
+    "Fingerprint",
     "Summary",
     "Verdict",
+    "baseline_path",
     "compare",
+    "find_baseline",
     "format_seconds",
+    "git_commit",
+    "load_baseline",
+    "machine_fingerprint",
+    "store_baseline",
     "summary",
 ]

