@@ -29,6 +29,7 @@ from harness.perf.baseline import (
     machine_fingerprint,
     store_baseline,
 )
+from harness.perf.plot import plot_comparison, plot_curves
 from harness.perf.stats import (
     FASTER,
     MIN_SAMPLES,
@@ -66,6 +67,8 @@ __all__ = [
     "git_commit",
     "load_baseline",
     "machine_fingerprint",
+    "plot_comparison",
+    "plot_curves",
     "store_baseline",
     "summary",
 ]
