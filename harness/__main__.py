@@ -153,14 +153,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     conform.add_argument("-k", help="only tests matching this pytest -k expression")
     conform.set_defaults(func=_conform)
     conform.epilog = "Any other argument goes to pytest as it is (-x, --junitxml=F, -q, ...)."
-    bench = sub.add_parser("bench", help="round-trip latency of an empty collective_rpc, with yardsticks")
+    bench = sub.add_parser(
+        "bench",
+        help="latency: an empty collective_rpc against yardsticks; workloads against a stored baseline, or A/B",
+    )
     bench.add_argument("--backend", default="mp", help="backend(s) to measure (default mp)")
     bench.add_argument(
-        "--world-size", type=_world_sizes, default="1,2,4", help="comma-separated world sizes (default 1,2,4)"
+        "--world-size",
+        type=_world_sizes,
+        default=None,
+        help="comma-separated world sizes (default 1,2,4; with workloads, 2)",
     )
     bench.add_argument("--iters", type=_positive_int, default=2000, help="timed calls per measurement (default 2000)")
     bench.add_argument("--quick", action="store_true", help="500 calls per measurement, 2 s idle check")
     bench.add_argument("--json", help="write the figures as JSON to this path")
+    from harness.perf import cli as perf_cli
+
+    perf_cli.add_arguments(bench)
     bench.set_defaults(func=_bench)
     args, rest = parser.parse_known_args(argv)
     if args.command == "conform":
@@ -168,7 +177,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "bench":
+        workloads = perf_cli.wants_workloads(args)
+        if args.world_size is None:
+            args.world_size = [2] if workloads else [1, 2, 4]
         _check_bench_args(bench, args)
+        if workloads:
+            perf_cli.check(bench, args)
+            return perf_cli.run(args)
     return int(args.func(args))
 
 

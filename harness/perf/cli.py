@@ -1,0 +1,201 @@
+"""``python -m harness bench`` with workloads: against a stored baseline, or A/B.
+
+    harness bench --workload engine-step --backend mp --world-size 2
+        measure, compare with this machine's stored baseline (or say how to record one)
+    harness bench --workload engine-step --backend mp --world-size 2 --update-baseline
+        measure and store the baseline of this machine's fingerprint
+    harness bench --compare A B [--workload engine-step] [--gate METRIC]
+        both sides in one run, interleaved; exit 1 when B is significantly slower
+
+Exit status: 0 when nothing is significantly slower (or a baseline was
+written), 1 when the gate metric of a comparison is, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from harness.perf.workloads import WORKLOADS, Samples, Workload, workload
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(bench: argparse.ArgumentParser) -> None:
+    g = bench.add_argument_group("workloads (tests/perf; with any of these options)")
+    g.add_argument("--workload", help=f"comma-separated, of: {', '.join(WORKLOADS)}")
+    g.add_argument("--compare", nargs=2, metavar=("A", "B"), help="A/B run: two backends, or one with two settings")
+    g.add_argument("--gate", help="the metric an A/B run judges (default: the workload's first)")
+    g.add_argument("--rounds", type=int, default=10, help="alternating batches per side (default 10)")
+    g.add_argument("--reps", type=int, default=50, help="steps per batch (default 50)")
+    g.add_argument("--warmup", type=int, default=20, help="steps before the first batch (default 20)")
+    g.add_argument("--baseline-dir", default=None, help="where baselines are (default tests/perf/baselines)")
+    g.add_argument("--update-baseline", action="store_true", help="store this run as the machine's baseline")
+    g.add_argument("--plot", help="draw the run against its baseline or the A side to this PNG")
+
+
+def wants_workloads(args: argparse.Namespace) -> bool:
+    return bool(args.workload or args.compare or args.update_baseline)
+
+
+def _workloads(args: argparse.Namespace) -> list[Callable[[], Workload]]:
+    names = [n.strip() for n in (args.workload or "engine-step").split(",") if n.strip()]
+    for n in names:
+        workload(n, "--workload")  # the error names the value
+    return [WORKLOADS[n] for n in names]
+
+
+def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Bad input fails before anything starts, naming the option and the value."""
+    from harness.backends import load_backend
+    from harness.perf.runner import parse_side
+
+    try:
+        _workloads(args)
+        for text in args.compare or []:
+            load_backend(parse_side(text, "--compare").spec, where="--compare")
+    except (ImportError, ValueError, TypeError) as exc:
+        parser.error(f"argument --compare: {exc}" if args.compare else str(exc))
+    for name in ("rounds", "reps"):
+        if getattr(args, name) < 1:
+            parser.error(f"argument --{name}: expected at least 1, got {getattr(args, name)}")
+    if args.warmup < 0:
+        parser.error(f"argument --warmup: expected at least 0, got {args.warmup}")
+    if args.compare and args.update_baseline:
+        parser.error("--update-baseline records one backend's run; it does not go with --compare")
+    if args.plot and not Path(args.plot).resolve().parent.is_dir():
+        parser.error(f"argument --plot: cannot write {args.plot!r}: its folder does not exist")
+
+
+def run(args: argparse.Namespace, out: Callable[[str], None] = print) -> int:
+    if args.compare:
+        return _ab(args, out)
+    return _against_baseline(args, out)
+
+
+def _ab(args: argparse.Namespace, out: Callable[[str], None]) -> int:
+    from harness.perf.ab import run_ab
+    from harness.perf.runner import parse_side
+
+    a, b = (parse_side(t, "--compare") for t in args.compare)
+    slower = False
+    plots: dict[str, tuple[list[float], list[float]]] = {}
+    report: list[dict[str, Any]] = []
+    for make in _workloads(args):
+        for ws in args.world_size:
+            result = run_ab(a, b, make, ws, rounds=args.rounds, reps=args.reps, warmup=args.warmup, gate=args.gate)
+            for line in result.lines():
+                out(line)
+            slower |= result.b_is_slower
+            la, lb = list(result.samples)
+            for metric in result.verdicts:
+                plots[f"{result.workload} ws={ws} {metric}"] = (result.samples[la][metric], result.samples[lb][metric])
+            report.append(
+                {
+                    "workload": result.workload,
+                    "world_size": ws,
+                    "gate": result.gate,
+                    "verdicts": {m: v.to_dict() for m, v in result.verdicts.items()},
+                }
+            )
+    if args.plot:
+        from harness.perf.plot import plot_comparison
+
+        plot_comparison(args.plot, plots, labels=(f"A: {a.text}", f"B: {b.text}"), title="A/B")
+        out(f"plot: {args.plot}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2), encoding="utf-8")
+    out("B is significantly slower than A" if slower else "B is not significantly slower than A")
+    return 1 if slower else 0
+
+
+def _record_command(args: argparse.Namespace) -> str:
+    argv = ["python", "-m", "harness", "bench", "--workload", args.workload or "engine-step"]
+    argv += ["--backend", args.backend, "--world-size", ",".join(map(str, args.world_size)), "--update-baseline"]
+    return " ".join(shlex.quote(a) for a in argv)
+
+
+def _against_baseline(args: argparse.Namespace, out: Callable[[str], None]) -> int:
+    from harness.perf.baseline import (
+        BASELINE_FOLDER,
+        Baseline,
+        Entry,
+        baseline_path,
+        find_baseline,
+        git_commit,
+        machine_fingerprint,
+        store_baseline,
+    )
+    from harness.perf.runner import open_side, parse_side, run_rounds
+    from harness.perf.stats import SLOWER, compare
+
+    folder = Path(args.baseline_dir or BASELINE_FOLDER)
+    fp = machine_fingerprint()
+    path = baseline_path(folder, fp)
+    stored = find_baseline(folder, fp)
+    if stored is None and not args.update_baseline:
+        out(f"no baseline for this machine ({fp.id}) in {folder}: nothing to compare with. Record one with:")
+        out(f"  {_record_command(args)}")
+    baseline = stored or Baseline(fp, commit=git_commit())
+    slower = False
+    plots: dict[str, tuple[list[float], list[float]]] = {}
+    for backend in args.backend.split(","):
+        side = parse_side(backend, "--backend")
+        device = side.settings.get("device", "cpu")
+        for make in _workloads(args):
+            for ws in args.world_size:
+                w = make()
+                with open_side(side, ws) as ex:
+                    samples: Samples = run_rounds(
+                        {side.text: ex}, w, ws, rounds=args.rounds, reps=args.reps, warmup=args.warmup
+                    )[side.text]
+                _print_summary(out, side.text, w.name, ws, samples)
+                if args.update_baseline:
+                    baseline = baseline.with_entry(
+                        Entry.measured(side.text, w.name, ws, device, samples, commit=git_commit())
+                    )
+                    continue
+                entry = stored.lookup(side.text, w.name, ws, device) if stored else None
+                if entry is None:
+                    if stored is not None:
+                        out(
+                            f"  no baseline entry for {side.text} {w.name} ws={ws} {device} in {path}; record: "
+                            f"{_record_command(args)}"
+                        )
+                    continue
+                for metric, values in samples.items():
+                    if metric not in entry.metrics or len(values) < 5:
+                        continue
+                    v = compare(
+                        entry.metrics[metric].samples, values, f"{w.name} ws={ws} {metric}", entry.against(path)
+                    )
+                    out(f"  {v.decision:>9}  {v.message}")
+                    slower |= v.decision == SLOWER and metric == (args.gate or w.metrics[0])
+                    plots[f"{w.name} ws={ws} {metric}"] = (list(entry.metrics[metric].samples), values)
+    if args.update_baseline:
+        store_baseline(path, baseline)
+        out(f"baseline stored: {path}")
+        return 0
+    if args.plot and plots:
+        from harness.perf.plot import plot_comparison
+
+        plot_comparison(args.plot, plots, labels=("baseline", "this run"), title=str(path))
+        out(f"plot: {args.plot}")
+    return 1 if slower else 0
+
+
+def _print_summary(out: Callable[[str], None], backend: str, name: str, ws: int, samples: Samples) -> None:
+    from harness.perf.stats import format_seconds, summary
+
+    for metric, values in samples.items():
+        s = summary(values, metric) if len(values) >= 1 else None
+        if s is None:
+            continue
+        out(
+            f"{backend:<10} {name:<12} ws={ws} {metric:<12} median {format_seconds(s.median):>10}  "
+            f"p90 {format_seconds(s.p90):>10}  p99 {format_seconds(s.p99):>10}  n={s.n}"
+        )

@@ -1,0 +1,95 @@
+"""Deliberately slowed backends, built on ``mp``: what the perf tier must catch.
+
+- ``spinning_reply_thread``: the regression this project exists for. A driver
+  thread busy-waits on the reply channel while a call is pending (it polls the
+  call's future with a zero timeout) and completes the future the caller's
+  thread sleeps on. Idle, the thread blocks on its queue: an idle-CPU check
+  (C19) sees nothing, and every result is right; only time shows it.
+- ``delayed``: every call returns ``HARNESS_PERF_DELAY_S`` seconds late (a busy
+  wait on the caller's thread, exact at microseconds), for the smallest
+  slowdown the A/B mode detects. Set it per side: ``...:delayed@env.HARNESS_PERF_DELAY_S=0.0001``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import queue
+import threading
+import time
+from typing import Any
+
+from harness import ExecutorConfig
+from tests.meta.broken import _Wrapper
+
+DELAY_ENV = "HARNESS_PERF_DELAY_S"
+
+
+class SpinningReplyThread(_Wrapper):
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        self._pending: queue.Queue[tuple[Any, concurrent.futures.Future[Any]] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._drive, name="reply-spinner", daemon=True)
+        self._thread.start()
+
+    def _drive(self) -> None:
+        while True:
+            item = self._pending.get()  # blocks while nothing is pending
+            if item is None:
+                return
+            inner, outer = item
+            while True:
+                try:
+                    value = inner.result(timeout=0)
+                except TimeoutError:
+                    continue  # the regression: poll again at once
+                except BaseException as exc:  # noqa: BLE001 - handed to the caller's future
+                    outer.set_exception(exc)
+                    break
+                outer.set_result(value)
+                break
+
+    def collective_rpc(
+        self,
+        method: Any,
+        timeout: Any = None,
+        args: Any = (),
+        kwargs: Any = None,
+        non_block: bool = False,
+        unique_reply_rank: Any = None,
+    ) -> Any:
+        inner = self.inner.collective_rpc(method, timeout, args, kwargs, True, unique_reply_rank)
+        outer: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._pending.put((inner, outer))
+        return outer if non_block else outer.result()
+
+    def shutdown(self) -> None:
+        self._pending.put(None)
+        self._thread.join(timeout=10)
+        super().shutdown()
+
+
+class Delayed(_Wrapper):
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        text = dict(config.env).get(DELAY_ENV, "0")
+        try:
+            self.delay_s = float(text)
+            if self.delay_s < 0:
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"delayed: {DELAY_ENV} in the executor's env must be seconds >= 0, got {text!r}") from None
+
+    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
+        out = super().collective_rpc(*a, **kw)
+        end = time.perf_counter() + self.delay_s
+        while time.perf_counter() < end:
+            pass
+        return out
+
+
+def spinning_reply_thread(config: ExecutorConfig) -> SpinningReplyThread:
+    return SpinningReplyThread(config)
+
+
+def delayed(config: ExecutorConfig) -> Delayed:
+    return Delayed(config)

@@ -1,0 +1,112 @@
+"""Sides, workloads and the bench command's input: bad values are named before anything starts."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from harness.__main__ import main
+from harness.perf.runner import labels_for, parse_side, run_rounds
+from harness.perf.workloads import Samples, calibrate_work, workload
+
+
+def test_a_side_is_a_backend_spec_with_its_settings() -> None:
+    side = parse_side("mp@start_method=spawn,env.OMP_NUM_THREADS=1")
+    assert side.spec == "mp"
+    config = side.config(2)
+    assert config.start_method == "spawn" and dict(config.env) == {"OMP_NUM_THREADS": "1"}
+    assert parse_side("pkg.mod:factory").spec == "pkg.mod:factory"
+
+
+@pytest.mark.parametrize(
+    "text, named",
+    [
+        ("mp@colour=red", "unknown setting 'colour'"),
+        ("mp@start_method", "setting 'start_method' is not KEY=VALUE"),
+        ("@start_method=fork", "no backend before '@'"),
+    ],
+)
+def test_a_bad_side_is_named_with_where_it_came_from(text: str, named: str) -> None:
+    with pytest.raises(ValueError) as err:
+        parse_side(text, "--compare")
+    assert named in str(err.value) and repr(text) in str(err.value) and "--compare" in str(err.value)
+
+
+def test_a_bad_setting_value_names_the_side() -> None:
+    with pytest.raises(ValueError, match=r"side 'mp@start_method=teleport'.*start_method"):
+        parse_side("mp@start_method=teleport").config(2)
+
+
+def test_an_unknown_workload_names_the_value_and_the_choices() -> None:
+    with pytest.raises(ValueError, match=r"unknown workload 'warp' from --workload: expected one of round-trip"):
+        workload("warp", "--workload")
+
+
+def test_calibrated_work_takes_about_the_time_asked() -> None:
+    from harness.perf.workloads import _work
+
+    iterations = calibrate_work(0.01)
+    tries = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        _work(iterations)
+        tries.append(time.perf_counter() - t0)
+    assert 0.003 < sorted(tries)[2] < 0.05, f"10 ms of work took {sorted(tries)[2] * 1000:.1f} ms"
+    assert calibrate_work(0) == 0
+
+
+class _Counting:
+    """A workload that records the order in which sides were measured."""
+
+    name = "counting"
+    metrics = ("t",)
+
+    def __init__(self) -> None:
+        self.order: list[str] = []
+        self.prepared: list[Any] = []
+        self.finished: list[Any] = []
+
+    def prepare(self, ex: Any, world_size: int) -> None:
+        self.prepared.append(ex)
+
+    def measure(self, ex: Any, world_size: int, reps: int) -> Samples:
+        self.order.append(ex)
+        return {"t": [0.001] * reps}
+
+    def finish(self, ex: Any) -> None:
+        self.finished.append(ex)
+
+
+def test_rounds_alternate_the_sides_after_each_warm_up() -> None:
+    w = _Counting()
+    out = run_rounds({"A": "a", "B": "b"}, w, 2, rounds=3, reps=4, warmup=2, progress=lambda s: None)
+    assert w.order == ["a", "b", "a", "b", "b", "a", "a", "b"]  # warm-ups, then A B, B A, A B
+    assert w.prepared == ["a", "b"] and w.finished == ["a", "b"]
+    assert {k: len(v["t"]) for k, v in out.items()} == {"A": 12, "B": 12}
+
+
+def test_two_identical_sides_get_distinct_labels() -> None:
+    assert labels_for(["mp", "mp"]) == ["A: mp", "B: mp"]
+    assert labels_for(["mp", "ray"]) == ["mp", "ray"]
+
+
+@pytest.mark.parametrize(
+    "argv, named",
+    [
+        (["--workload", "warp"], "unknown workload 'warp' from --workload"),
+        (["--compare", "mp", "nosuch.module:f"], "argument --compare"),
+        (["--compare", "mp", "mp@colour=red"], "unknown setting 'colour'"),
+        (["--compare", "mp", "mp", "--update-baseline"], "--update-baseline records one backend's run"),
+        (["--workload", "round-trip", "--rounds", "0"], "argument --rounds: expected at least 1, got 0"),
+        (["--workload", "round-trip", "--plot", "/no/such/folder/x.png"], "argument --plot: cannot write"),
+    ],
+)
+def test_bench_refuses_bad_input_before_starting_anything(
+    argv: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", *argv])
+    assert exit_.value.code == 2
+    assert named in capsys.readouterr().err
