@@ -1,0 +1,67 @@
+"""How often the A/B mode flags a slowdown: the figures of the perf tier's power.
+
+    python tests/perf/power.py [--runs 20] [--delays 0,0.01,0.02,0.05,0.1]
+
+For each B side, ``--runs`` A/B runs of the simulated engine step at world size
+2 (A: plain ``mp``, fork), and how many flagged B slower:
+
+- ``mp`` against itself: the false-alarm rate;
+- the seed's regression (``regressed:spinning_reply_thread``): the detection rate;
+- ``regressed:delayed`` slowed by each fraction of the step's median (measured
+  first, in this run): the smallest slowdown the mode detects reliably.
+
+Figures are for the machine that runs it, in one run; compare them as ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # `tests.perf.regressed` by name
+
+from harness.perf.ab import run_ab  # noqa: E402
+from harness.perf.runner import open_side, parse_side, run_rounds  # noqa: E402
+from harness.perf.workloads import EngineStep  # noqa: E402
+
+PLAIN = "mp@start_method=fork"
+SIZES = {"rounds": 6, "reps": 25, "warmup": 10}  # as tests/perf/test_power.py
+
+
+def _rate(b: str, runs: int) -> tuple[int, list[float]]:
+    flagged, ratios = 0, []
+    for _ in range(runs):
+        r = run_ab(parse_side(PLAIN), parse_side(b), EngineStep, 2, **SIZES)
+        flagged += r.b_is_slower
+        ratios.append(r.verdicts[r.gate].ratio)
+    return flagged, ratios
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", type=int, default=20)
+    p.add_argument("--delays", default="0.01,0.02,0.05,0.1", help="fractions of the step's median")
+    args = p.parse_args()
+    with open_side(parse_side(PLAIN), 2) as ex:
+        step = statistics.median(run_rounds({"mp": ex}, EngineStep(), 2, rounds=4, reps=25, warmup=10)["mp"]["step"])
+    print(f"engine-step ws=2, plain mp: median step {step * 1e3:.2f} ms; {args.runs} A/B runs per row, {SIZES}")
+    rows = [("mp against itself", PLAIN), ("seed's regression", "tests.perf.regressed:spinning_reply_thread")]
+    for fraction in (float(f) for f in args.delays.split(",")):
+        delay = fraction * step
+        rows.append((f"delayed +{fraction:.0%}", f"tests.perf.regressed:delayed@env.HARNESS_PERF_DELAY_S={delay:.6f}"))
+    for label, b in rows:
+        b = b if "start_method" in b else b + ("," if "@" in b else "@") + "start_method=fork"
+        t0 = time.monotonic()
+        flagged, ratios = _rate(b, args.runs)
+        print(
+            f"{label:22} flagged slower in {flagged:2d} of {args.runs}; median ratio {statistics.median(ratios):.3f}; "
+            f"{(time.monotonic() - t0) / args.runs:.1f} s per A/B run",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
