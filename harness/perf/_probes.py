@@ -16,9 +16,14 @@ _MODELS: dict[str, dict[str, Any]] = {}
 
 
 def load_model(worker: Any, key: str, seed: int, dims: tuple[int, int, int], device: str) -> int:
-    """Build this rank's copy of the tiny TP model's weights once; its rank."""
+    """Build this rank's copy of the tiny TP model's weights once; its rank.
+
+    The rank computes on one thread, as an engine pins a rank's threads: ranks
+    that each start a thread pool on a machine with few cores make every step
+    wait on another's spinning threads, and the noise swamps the signal."""
     import torch
 
+    torch.set_num_threads(1)
     from harness import models
 
     w = models.make_weights(seed, *dims)

@@ -5,10 +5,11 @@ Every workload runs against any backend, through ``collective_rpc`` only:
 - ``round-trip``: an empty call, one at a time; metric ``latency``.
 - ``pipelined``: ``depth`` calls in flight (``non_block=True``), the oldest
   collected before the next is sent; metric ``time per call``.
-- ``engine-step``: a simulated engine step. The caller first does a fixed,
-  calibrated amount of pure-Python work (a scheduler serialising the next
-  batch), then the workers run one forward of the tiny tensor-parallel model
-  (``harness.models``; its all_reduce on gloo, or NCCL on GPUs). Metrics:
+- ``engine-step``: a simulated engine step with async scheduling. While the
+  workers run one forward of the tiny tensor-parallel model (``harness.models``;
+  its all_reduce on gloo, or NCCL on GPUs; sent with ``non_block=True``), the
+  caller does a fixed, calibrated amount of pure-Python work (a scheduler
+  serialising the next batch), then collects the step and sends the next. Metrics:
   ``step`` (wall time), ``caller CPU`` (the caller's process, all its threads,
   per step) and ``workers CPU`` (every worker's process together, per step,
   one sample per batch). This is the workload where a driver thread spinning
@@ -131,7 +132,7 @@ def calibrate_work(seconds: float, timer: Callable[[], float] = time.perf_counte
 @dataclass
 class EngineStep:
     #: The caller's work per step, in seconds on this machine (calibrated once, at prepare).
-    caller_work_s: float = 0.002
+    caller_work_s: float = 0.001
     #: The tiny model: input width, hidden width (split over the ranks), output width.
     dims: tuple[int, int, int] = (256, 1024, 256)
     device: str = "cpu"
@@ -152,15 +153,23 @@ class EngineStep:
         ex.collective_rpc(_probes.load_model, args=(self._key, self.seed, self.dims, self.device))
 
     def measure(self, ex: Any, world_size: int, reps: int) -> Samples:
+        # As an engine with async scheduling: while step k runs on the workers,
+        # the caller schedules step k + 1, then collects step k and sends k + 1.
+        # A step's time runs from sending the next one to sending the one after: the caller's
+        # work, what is left of the workers' step, and the call's own costs.
         iterations = self.iterations or 0
+        step_args = (self._key, world_size)
         steps, caller = [], []
         before = sum(ex.collective_rpc(_probes.cpu_seconds))
+        pending = ex.collective_rpc(_probes.model_step, args=step_args, non_block=True)
         for _ in range(reps):
             t0, c0 = time.perf_counter(), time.process_time()
             _work(iterations)
-            ex.collective_rpc(_probes.model_step, args=(self._key, world_size))
+            pending.result()
+            pending = ex.collective_rpc(_probes.model_step, args=step_args, non_block=True)
             steps.append(time.perf_counter() - t0)
             caller.append(time.process_time() - c0)
+        pending.result()
         workers = (sum(ex.collective_rpc(_probes.cpu_seconds)) - before) / max(reps, 1)
         return {"step": steps, "caller CPU": caller, "workers CPU": [workers]}
 
