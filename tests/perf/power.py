@@ -23,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # `tests.perf.regressed` by name
 
-from harness.perf.ab import run_ab  # noqa: E402
-from harness.perf.runner import open_side, parse_side, run_rounds  # noqa: E402
-from harness.perf.workloads import EngineStep  # noqa: E402
+from harness.perf.ab import run_ab
+from harness.perf.runner import open_side, parse_side, run_rounds
+from harness.perf.workloads import EngineStep
 
 PLAIN = "mp@start_method=fork"
 SIZES = {"rounds": 6, "reps": 25, "warmup": 10}  # as tests/perf/test_power.py
@@ -52,8 +52,8 @@ def main() -> None:
     for fraction in (float(f) for f in args.delays.split(",")):
         delay = fraction * step
         rows.append((f"delayed +{fraction:.0%}", f"tests.perf.regressed:delayed@env.HARNESS_PERF_DELAY_S={delay:.6f}"))
-    for label, b in rows:
-        b = b if "start_method" in b else b + ("," if "@" in b else "@") + "start_method=fork"
+    for label, spec in rows:
+        b = spec if "start_method" in spec else spec + ("," if "@" in spec else "@") + "start_method=fork"
         t0 = time.monotonic()
         flagged, ratios = _rate(b, args.runs)
         print(
