@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -195,10 +195,3 @@ def merge(into: Samples, more: Samples) -> None:
     for metric, values in more.items():
         into.setdefault(metric, []).extend(values)
 
-
-def headline(w: Workload) -> str:
-    return w.metrics[0]
-
-
-def _names(ws: Sequence[Workload]) -> list[str]:
-    return [w.name for w in ws]
