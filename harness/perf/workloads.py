@@ -194,4 +194,3 @@ def workload(name: str, where: str = "the command line") -> Workload:
 def merge(into: Samples, more: Samples) -> None:
     for metric, values in more.items():
         into.setdefault(metric, []).extend(values)
-

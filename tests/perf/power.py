@@ -28,7 +28,7 @@ from harness.perf.runner import open_side, parse_side, run_rounds
 from harness.perf.workloads import EngineStep
 
 PLAIN = "mp@start_method=fork"
-SIZES = {"rounds": 6, "reps": 25, "warmup": 10}  # as tests/perf/test_power.py
+SIZES = {"rounds": 10, "reps": 25, "warmup": 10}  # as tests/perf/test_power.py
 
 
 def _rate(b: str, runs: int) -> tuple[int, list[float]]:

@@ -2,7 +2,8 @@
 
 - ``spinning_reply_thread``: the regression this project exists for. A driver
   thread busy-waits on the reply channel while a call is pending (it polls the
-  call's future with a zero timeout) and completes the future the caller's
+  call's future with a zero timeout, spinning in Python between polls) and
+  completes the future the caller's
   thread sleeps on. Idle, the thread blocks on its queue: an idle-CPU check
   (C19) sees nothing, and every result is right; only time shows it.
 - ``delayed``: every call returns ``HARNESS_PERF_DELAY_S`` seconds late (a busy
@@ -22,6 +23,8 @@ from harness import ExecutorConfig
 from tests.meta.broken import _Wrapper
 
 DELAY_ENV = "HARNESS_PERF_DELAY_S"
+# Python-level iterations between two polls of the reply channel (tens of microseconds).
+_SPIN_BETWEEN_POLLS = 500
 
 
 class SpinningReplyThread(_Wrapper):
@@ -41,7 +44,12 @@ class SpinningReplyThread(_Wrapper):
                 try:
                     value = inner.result(timeout=0)
                 except TimeoutError:
-                    continue  # the regression: poll again at once
+                    # The regression: poll again at once. The check between
+                    # polls is Python, holding the GIL, as a ring read in
+                    # Python is: the caller's own Python work waits on it.
+                    for _ in range(_SPIN_BETWEEN_POLLS):
+                        pass
+                    continue
                 except BaseException as exc:  # noqa: BLE001 - handed to the caller's future
                     outer.set_exception(exc)
                     break

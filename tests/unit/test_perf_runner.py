@@ -110,3 +110,68 @@ def test_bench_refuses_bad_input_before_starting_anything(
         main(["bench", *argv])
     assert exit_.value.code == 2
     assert named in capsys.readouterr().err
+
+
+# ---- A/B runs: fresh executors each round, judged on the rounds' medians ----
+
+CREATED: list[tuple[str, int]] = []
+
+
+class _FakeExecutor:
+    """Stands in for a backend: its "step" takes the seconds its env names."""
+
+    def __init__(self, config: Any) -> None:
+        self.world_size = config.world_size
+        self.step_s = float(dict(config.env)["STEP_S"])
+        CREATED.append((dict(config.env)["STEP_S"], len(CREATED)))
+
+    def shutdown(self) -> None:
+        pass
+
+
+def fake(config: Any) -> _FakeExecutor:
+    return _FakeExecutor(config)
+
+
+class _Steps:
+    name = "steps"
+    metrics = ("step",)
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def prepare(self, ex: Any, world_size: int) -> None:
+        pass
+
+    def measure(self, ex: Any, world_size: int, reps: int) -> Samples:
+        self.calls += 1
+        # A little spread, the same on both sides, so the statistics have something to weigh.
+        return {"step": [ex.step_s * (1 + 0.01 * ((self.calls + i) % 3)) for i in range(reps)]}
+
+    def finish(self, ex: Any) -> None:
+        pass
+
+
+def test_an_ab_run_starts_both_sides_afresh_each_round_and_judges_the_rounds() -> None:
+    from harness.perf.ab import run_ab
+    from harness.perf.stats import NO_CHANGE, SLOWER
+
+    CREATED.clear()
+    a = parse_side("tests.unit.test_perf_runner:fake@env.STEP_S=0.001")
+    b = parse_side("tests.unit.test_perf_runner:fake@env.STEP_S=0.0012")
+    result = run_ab(a, b, _Steps, 1, rounds=6, reps=5, warmup=0, progress=lambda s: None)
+    assert [s for s, _ in CREATED] == ["0.001", "0.0012", "0.0012", "0.001"] * 3  # A B, then B A
+    v = result.verdicts["step"]
+    assert v.decision == SLOWER and result.b_is_slower, v.message
+    assert (v.n_a, v.n_b) == (6, 6), "judged on the 6 rounds' medians, not the 30 steps"
+    assert len(result.samples[next(iter(result.samples))]["step"]) == 30
+    same = run_ab(a, a, _Steps, 1, rounds=6, reps=5, warmup=0, progress=lambda s: None)
+    assert same.verdicts["step"].decision == NO_CHANGE, same.verdicts["step"].message
+
+
+def test_an_ab_run_with_too_few_rounds_says_so() -> None:
+    from harness.perf.ab import run_ab
+
+    a = parse_side("tests.unit.test_perf_runner:fake@env.STEP_S=0.001")
+    with pytest.raises(ValueError, match=r"gate metric 'step' has 3 samples per side: too few to judge \(at least 5\)"):
+        run_ab(a, a, _Steps, 1, rounds=3, reps=5, warmup=0, progress=lambda s: None)
