@@ -15,7 +15,6 @@ machines. A run against a stored baseline has one side.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import sys
 import time
@@ -137,13 +136,6 @@ def run_rounds(
     for label in labels:
         of[label].finish(sides[label])
     return out
-
-
-def with_settings(side: Side, **settings: Any) -> Side:
-    """``side`` with more settings, for a one-backend A/B of a setting."""
-    merged = {**side.settings, **settings}
-    text = side.spec + ("@" + ",".join(f"{k}={v}" for k, v in merged.items()) if merged else "")
-    return dataclasses.replace(side, text=text, settings=merged)
 
 
 def labels_for(texts: Sequence[str]) -> list[str]:
