@@ -75,6 +75,7 @@ def parse_side(text: str, where: str = "the command line") -> Side:
 def open_side(side: Side, world_size: int) -> Iterator[Any]:
     """The side's executor, inside its backend's run-wide session if it has one
     (``ray``: a local cluster), shut down on exit."""
+    _preload_torch()
     loaded = load_backend(side.spec)
     config = side.config(world_size)
     with contextlib.ExitStack() as stack:
@@ -86,6 +87,15 @@ def open_side(side: Side, world_size: int) -> Iterator[Any]:
         ex = loaded.factory(config)
         stack.callback(ex.shutdown)
         yield ex
+
+
+def _preload_torch() -> None:
+    """Import torch in the caller before the first executor starts: workers
+    forked from it inherit torch instead of importing it each (1.3 s an
+    executor here), which an A/B run that starts executors every round would
+    pay twenty times. As the pytest plugin does before its first fork."""
+    with contextlib.suppress(ImportError):
+        import torch  # noqa: F401
 
 
 def _restore(saved: Mapping[str, str | None]) -> None:
@@ -102,6 +112,10 @@ def _stderr_progress(text: str) -> None:
         sys.stderr.flush()
 
 
+#: The caller's pause before each batch, for the workers of the batch before to go quiet.
+SETTLE_S = 0.05
+
+
 def run_rounds(
     sides: Mapping[str, Any],
     workload: Workload | Mapping[str, Workload],
@@ -111,10 +125,17 @@ def run_rounds(
     reps: int,
     warmup: int,
     progress: Callable[[str], None] = _stderr_progress,
+    settle_s: float = SETTLE_S,
 ) -> dict[str, Samples]:
     """Measure ``workload`` on each side's executor (label -> executor): a
     warm-up of ``warmup`` steps each, then ``rounds`` rounds of one batch of
     ``reps`` steps per side, the order alternating. Samples by label.
+
+    Before each batch the caller sleeps ``settle_s``: workers that spin for a
+    while after their last call (``mp``'s spin for 10 ms) would otherwise
+    share the cores with the next batch, and the batch measured after
+    another side's would be slower for it (measured: the first 15-20 steps of
+    every batch at world size 1, by 40 %).
 
     ``workload`` may be one per label (its state, as a calibration, stays its
     side's); one workload shared by the sides gives both the same work."""
@@ -131,6 +152,8 @@ def run_rounds(
     for r in range(rounds):
         order = labels if r % 2 == 0 else labels[::-1]
         for label in order:
+            if settle_s > 0:
+                time.sleep(settle_s)
             merge(out[label], of[label].measure(sides[label], world_size, reps))
         progress(f"{of[labels[0]].name} ws={world_size}: round {r + 1}/{rounds}, {time.monotonic() - started:.0f} s")
     for label in labels:

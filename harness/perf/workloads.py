@@ -8,8 +8,10 @@ Every workload runs against any backend, through ``collective_rpc`` only:
 - ``engine-step``: a simulated engine step with async scheduling. While the
   workers run one forward of the tiny tensor-parallel model (``harness.models``;
   its all_reduce on gloo, or NCCL on GPUs; sent with ``non_block=True``), the
-  caller does a fixed, calibrated amount of pure-Python work (a scheduler
-  serialising the next batch), then collects the step and sends the next. Metrics:
+  caller does a fixed, calibrated amount of work as a scheduler does it
+  (Python bookkeeping in short stretches, each followed by a zero-timeout poll
+  of its input channel for new requests, which lets go of the GIL as an
+  engine loop's socket poll does), then collects the step and sends the next. Metrics:
   ``step`` (wall time), ``caller CPU`` (the caller's process, all its threads,
   per step) and ``workers CPU`` (every worker's process together, per step,
   one sample per batch). This is the workload where a driver thread spinning
@@ -24,6 +26,9 @@ interleaves the sides of an A/B run batch by batch, and collects the samples.
 from __future__ import annotations
 
 import collections
+import contextlib
+import os
+import select
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,7 +36,17 @@ from typing import Any, Protocol
 
 from harness.perf import _probes
 
-__all__ = ["WORKLOADS", "EngineStep", "Pipelined", "RoundTrip", "Samples", "Workload", "calibrate_work", "workload"]
+__all__ = [
+    "WORKLOADS",
+    "EngineStep",
+    "Pipelined",
+    "RoundTrip",
+    "Samples",
+    "Scheduler",
+    "Workload",
+    "calibrate_work",
+    "workload",
+]
 
 #: Metric name -> samples, in seconds.
 Samples = dict[str, list[float]]
@@ -106,25 +121,61 @@ class Pipelined:
         pass
 
 
-def _work(iterations: int) -> int:
-    """Pure-Python work holding the GIL, as a scheduler's bookkeeping does."""
-    acc = 0
-    for i in range(iterations):
-        acc = (acc * 31 + i) & 0xFFFF
-    return acc
+#: Bookkeeping iterations between two polls of the scheduler's input (about 10 µs).
+POLL_EVERY = 200
+
+
+class Scheduler:
+    """The caller's work per step, as an engine's scheduler does it: pure-Python
+    bookkeeping (holding the GIL) in stretches of ``POLL_EVERY`` iterations,
+    each followed by a zero-timeout poll of an input channel for new requests.
+
+    The polls matter: a real engine loop lets go of the GIL many times a step
+    (socket polls, tensor copies), and each time another thread of the process
+    that wants the GIL (a driver thread spinning on replies, the seed's
+    regression) takes it, and the scheduler waits to get it back. Pure Python
+    without a release would only be interrupted every switch interval (5 ms),
+    longer than a step, and hide that cost."""
+
+    def __init__(self) -> None:
+        self._r, self._w = os.pipe()  # nothing ever writes: every poll finds it empty
+
+    def work(self, iterations: int) -> int:
+        acc = 0
+        done = 0
+        while done < iterations:
+            n = min(POLL_EVERY, iterations - done)
+            for i in range(n):
+                acc = (acc * 31 + i) & 0xFFFF
+            done += n
+            select.select([self._r], [], [], 0)
+        return acc
+
+    def close(self) -> None:
+        for fd in (self._r, self._w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def __enter__(self) -> Scheduler:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def calibrate_work(seconds: float, timer: Callable[[], float] = time.perf_counter) -> int:
-    """Iterations of the caller's work that take ``seconds`` on this machine
-    now (the median of a few tries, so a preemption does not skew it)."""
+    """Iterations of the scheduler's work (``Scheduler.work``) that take
+    ``seconds`` on this machine now (the median of a few tries, so a
+    preemption does not skew it)."""
     if seconds <= 0:
         return 0
     probe = 20_000
     tries = []
-    for _ in range(5):
-        t0 = timer()
-        _work(probe)
-        tries.append(timer() - t0)
+    with Scheduler() as scheduler:
+        for _ in range(5):
+            t0 = timer()
+            scheduler.work(probe)
+            tries.append(timer() - t0)
     per_iteration = sorted(tries)[len(tries) // 2] / probe
     return max(1, round(seconds / per_iteration))
 
@@ -142,6 +193,7 @@ class EngineStep:
     #: Calibrated once per process, and kept: both sides of an A/B run get the same work.
     iterations: int | None = None
     _key: str = field(default="", init=False)
+    _scheduler: Scheduler | None = field(default=None, init=False)
 
     def prepare(self, ex: Any, world_size: int) -> None:
         hidden = self.dims[1]
@@ -150,6 +202,8 @@ class EngineStep:
         if self.iterations is None:
             self.iterations = calibrate_work(self.caller_work_s)
         self._key = f"engine-step-{id(self)}"
+        if self._scheduler is None:
+            self._scheduler = Scheduler()
         ex.collective_rpc(_probes.load_model, args=(self._key, self.seed, self.dims, self.device))
 
     def measure(self, ex: Any, world_size: int, reps: int) -> Samples:
@@ -158,13 +212,15 @@ class EngineStep:
         # A step's time runs from sending the next one to sending the one after: the caller's
         # work, what is left of the workers' step, and the call's own costs.
         iterations = self.iterations or 0
+        assert self._scheduler is not None, "engine-step: measure() before prepare()"
+        work = self._scheduler.work
         step_args = (self._key, world_size)
         steps, caller = [], []
         before = sum(ex.collective_rpc(_probes.cpu_seconds))
         pending = ex.collective_rpc(_probes.model_step, args=step_args, non_block=True)
         for _ in range(reps):
             t0, c0 = time.perf_counter(), time.process_time()
-            _work(iterations)
+            work(iterations)
             pending.result()
             pending = ex.collective_rpc(_probes.model_step, args=step_args, non_block=True)
             steps.append(time.perf_counter() - t0)
@@ -175,6 +231,9 @@ class EngineStep:
 
     def finish(self, ex: Any) -> None:
         ex.collective_rpc(_probes.drop_model, args=(self._key,))
+        if self._scheduler is not None:
+            self._scheduler.close()
+            self._scheduler = None
 
 
 WORKLOADS: dict[str, Callable[[], Workload]] = {

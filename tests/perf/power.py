@@ -1,9 +1,10 @@
 """How often the A/B mode flags a slowdown: the figures of the perf tier's power.
 
-    python tests/perf/power.py [--runs 20] [--delays 0,0.01,0.02,0.05,0.1]
+    python tests/perf/power.py [--runs 20] [--world-size 1] [--delays 0.02,0.05,0.1] [--rows self,seed,delayed]
 
-For each B side, ``--runs`` A/B runs of the simulated engine step at world size
-2 (A: plain ``mp``, fork), and how many flagged B slower:
+For each B side, ``--runs`` A/B runs of the simulated engine step (A: plain
+``mp``, fork; world size 1 by default, as ``test_power.py``), and how many
+flagged B slower:
 
 - ``mp`` against itself: the false-alarm rate;
 - the seed's regression (``regressed:spinning_reply_thread``): the detection rate;
@@ -31,10 +32,10 @@ PLAIN = "mp@start_method=fork"
 SIZES = {"rounds": 10, "reps": 25, "warmup": 10}  # as tests/perf/test_power.py
 
 
-def _rate(b: str, runs: int) -> tuple[int, list[float]]:
+def _rate(b: str, runs: int, world_size: int) -> tuple[int, list[float]]:
     flagged, ratios = 0, []
     for _ in range(runs):
-        r = run_ab(parse_side(PLAIN), parse_side(b), EngineStep, 2, **SIZES)
+        r = run_ab(parse_side(PLAIN), parse_side(b), EngineStep, world_size, **SIZES)
         flagged += r.b_is_slower
         ratios.append(r.verdicts[r.gate].ratio)
     return flagged, ratios
@@ -43,19 +44,27 @@ def _rate(b: str, runs: int) -> tuple[int, list[float]]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=20)
-    p.add_argument("--delays", default="0.01,0.02,0.05,0.1", help="fractions of the step's median")
+    p.add_argument("--world-size", type=int, default=1)
+    p.add_argument("--delays", default="0.02,0.05,0.1", help="fractions of the step's median")
+    p.add_argument("--rows", default="self,seed,delayed", help="which rows, of self, seed, delayed")
     args = p.parse_args()
-    with open_side(parse_side(PLAIN), 2) as ex:
-        step = statistics.median(run_rounds({"mp": ex}, EngineStep(), 2, rounds=4, reps=25, warmup=10)["mp"]["step"])
-    print(f"engine-step ws=2, plain mp: median step {step * 1e3:.2f} ms; {args.runs} A/B runs per row, {SIZES}")
-    rows = [("mp against itself", PLAIN), ("seed's regression", "tests.perf.regressed:spinning_reply_thread")]
-    for fraction in (float(f) for f in args.delays.split(",")):
+    ws, wanted = args.world_size, set(args.rows.split(","))
+    with open_side(parse_side(PLAIN), ws) as ex:
+        samples = run_rounds({"mp": ex}, EngineStep(), ws, rounds=4, reps=25, warmup=10)["mp"]
+    step = statistics.median(samples["step"])
+    print(f"engine-step ws={ws}, plain mp: median step {step * 1e3:.2f} ms; {args.runs} A/B runs per row, {SIZES}")
+    rows = []
+    if "self" in wanted:
+        rows.append(("mp against itself", PLAIN))
+    if "seed" in wanted:
+        rows.append(("seed's regression", "tests.perf.regressed:spinning_reply_thread"))
+    for fraction in (float(f) for f in args.delays.split(",")) if "delayed" in wanted else ():
         delay = fraction * step
         rows.append((f"delayed +{fraction:.0%}", f"tests.perf.regressed:delayed@env.HARNESS_PERF_DELAY_S={delay:.6f}"))
     for label, spec in rows:
         b = spec if "start_method" in spec else spec + ("," if "@" in spec else "@") + "start_method=fork"
         t0 = time.monotonic()
-        flagged, ratios = _rate(b, args.runs)
+        flagged, ratios = _rate(b, args.runs, ws)
         print(
             f"{label:22} flagged slower in {flagged:2d} of {args.runs}; median ratio {statistics.median(ratios):.3f}; "
             f"{(time.monotonic() - t0) / args.runs:.1f} s per A/B run",
