@@ -178,6 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "bench":
         workloads = perf_cli.wants_workloads(args)
+        args.world_size_explicit = args.world_size is not None
         if args.world_size is None:
             args.world_size = [2] if workloads else [1, 2, 4]
         _check_bench_args(bench, args)

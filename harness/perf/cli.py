@@ -6,6 +6,9 @@
         measure and store the baseline of this machine's fingerprint
     harness bench --compare A B [--workload engine-step] [--gate METRIC]
         both sides in one run, interleaved; exit 1 when B is significantly slower
+    harness bench --curves payload,world-size --backend mp [--plot costs.png]
+        how the round trip grows with the payload (next to a plain copy) and
+        with the world size; notes where cost grows faster than the work
 
 Exit status: 0 when nothing is significantly slower (or a baseline was
 written), 1 when the gate metric of a comparison is, 2 on bad input.
@@ -36,10 +39,28 @@ def add_arguments(bench: argparse.ArgumentParser) -> None:
     g.add_argument("--baseline-dir", default=None, help="where baselines are (default tests/perf/baselines)")
     g.add_argument("--update-baseline", action="store_true", help="store this run as the machine's baseline")
     g.add_argument("--plot", help="draw the run against its baseline or the A side to this PNG")
+    g.add_argument(
+        "--curves",
+        help=f"comma-separated, of: {', '.join(CURVES)}: cost against payload size (at the first --world-size) "
+        "and against world size (the --world-size list, else 1, 2, 4, 8 where the cores allow)",
+    )
+
+
+CURVES = ("payload", "world-size")
 
 
 def wants_workloads(args: argparse.Namespace) -> bool:
-    return bool(args.workload or args.compare or args.update_baseline)
+    return bool(args.workload or args.compare or args.update_baseline or args.curves)
+
+
+def _curves(args: argparse.Namespace) -> list[str]:
+    names = [n.strip() for n in (args.curves or "").split(",") if n.strip()]
+    for n in names:
+        if n not in CURVES:
+            raise ValueError(f"unknown curve {n!r} from --curves: expected one of {', '.join(CURVES)}")
+    if args.curves is not None and not names:
+        raise ValueError(f"--curves {args.curves!r} names no curve: expected one of {', '.join(CURVES)}")
+    return names
 
 
 def _workloads(args: argparse.Namespace) -> list[Callable[[], Workload]]:
@@ -56,6 +77,7 @@ def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 
     try:
         _workloads(args)
+        _curves(args)
         for text in args.compare or []:
             load_backend(parse_side(text, "--compare").spec, where="--compare")
     except (ImportError, ValueError, TypeError) as exc:
@@ -65,6 +87,10 @@ def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             parser.error(f"argument --{name}: expected at least 1, got {getattr(args, name)}")
     if args.warmup < 0:
         parser.error(f"argument --warmup: expected at least 0, got {args.warmup}")
+    if args.curves and (args.compare or args.update_baseline or args.workload):
+        parser.error(
+            "--curves measures each backend on its own: it does not go with --compare, --workload or --update-baseline"
+        )
     if args.compare and args.update_baseline:
         parser.error("--update-baseline records one backend's run; it does not go with --compare")
     if args.plot and not Path(args.plot).resolve().parent.is_dir():
@@ -72,6 +98,8 @@ def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace, out: Callable[[str], None] = print) -> int:
+    if args.curves:
+        return _costs(args, out)
     if args.compare:
         return _ab(args, out)
     return _against_baseline(args, out)
@@ -199,3 +227,75 @@ def _print_summary(out: Callable[[str], None], backend: str, name: str, ws: int,
             f"{backend:<10} {name:<12} ws={ws} {metric:<12} median {format_seconds(s.median):>10}  "
             f"p90 {format_seconds(s.p90):>10}  p99 {format_seconds(s.p99):>10}  n={s.n}"
         )
+
+
+def _costs(args: argparse.Namespace, out: Callable[[str], None]) -> int:
+    import contextlib
+
+    from harness.perf import curves
+    from harness.perf.runner import open_side, parse_side
+
+    wanted = _curves(args)
+    explicit_ws = getattr(args, "world_size_explicit", False)
+    payload_series: dict[str, list[tuple[float, float]]] = {}
+    world_series: dict[str, list[tuple[float, float]]] = {}
+    notes: list[str] = []
+    report: list[dict[str, Any]] = []
+    for backend in args.backend.split(","):
+        side = parse_side(backend, "--backend")
+        payload: list[curves.PayloadPoint] = []
+        world: list[curves.WorldSizePoint] = []
+        if "payload" in wanted:
+            ws = args.world_size[0]
+            out(f"{side.text}: round trip against payload size, ws={ws} (the request carries the bytes to every rank)")
+            with open_side(side, ws) as ex:
+                payload = curves.payload_curve(ex, progress=lambda line: out("  " + line))
+            payload_series[f"{side.text} call"] = [(p.size, p.throughput / curves.MiB) for p in payload]
+            payload_series.setdefault(
+                "plain copy (floor)", [(p.size, p.floor_throughput / curves.MiB) for p in payload]
+            )
+        if "world-size" in wanted:
+            sizes = args.world_size if explicit_ws else curves.default_world_sizes()
+            out(f"{side.text}: empty round trip against world size {', '.join(map(str, sizes))}")
+
+            def opened(ws: int, side: Any = side) -> contextlib.AbstractContextManager[Any]:
+                return open_side(side, ws)
+
+            world = curves.world_size_curve(opened, sizes, progress=lambda line: out("  " + line))
+            world_series[side.text] = [(p.world_size, p.call_s * 1e6) for p in world]
+        found = curves.growth_notes(payload, world)
+        for note in found:
+            out(f"  note: {side.text}: {note}")
+        if not found:
+            out(f"  {side.text}: no cost grows faster than its work")
+        notes += found
+        report.append(
+            {
+                "backend": side.text,
+                "payload": [dict(size=p.size, call_s=p.call_s, copy_s=p.floor_s, reps=p.reps) for p in payload],
+                "world_size": [dict(world_size=p.world_size, call_s=p.call_s, reps=p.reps) for p in world],
+                "notes": found,
+            }
+        )
+    if args.plot:
+        from harness.perf.plot import plot_curves
+
+        target = Path(args.plot)
+        if payload_series:
+            path = target.with_name(f"{target.stem}-payload{target.suffix or '.png'}")
+            plot_curves(
+                path,
+                payload_series,
+                "payload (bytes)",
+                "throughput (MiB/s)",
+                log_y=True,
+                title="round trip against payload size",
+            )
+            out(f"plot: {path}")
+        if world_series:
+            path = target.with_name(f"{target.stem}-world-size{target.suffix or '.png'}")
+            plot_curves(path, world_series, "world size", "empty call (us)", title="round trip against world size")
+            out(f"plot: {path}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2), encoding="utf-8")
+    return 0

@@ -102,6 +102,9 @@ def test_two_identical_sides_get_distinct_labels() -> None:
         (["--compare", "mp", "mp", "--update-baseline"], "--update-baseline records one backend's run"),
         (["--workload", "round-trip", "--rounds", "0"], "argument --rounds: expected at least 1, got 0"),
         (["--workload", "round-trip", "--plot", "/no/such/folder/x.png"], "argument --plot: cannot write"),
+        (["--curves", "bandwidth"], "unknown curve 'bandwidth' from --curves: expected one of payload, world-size"),
+        (["--curves", ","], "--curves ',' names no curve"),
+        (["--curves", "payload", "--compare", "mp", "mp"], "--curves measures each backend on its own"),
     ],
 )
 def test_bench_refuses_bad_input_before_starting_anything(

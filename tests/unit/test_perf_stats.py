@@ -69,12 +69,26 @@ def test_a_1_percent_shift_under_a_3_percent_min_effect_is_no_change() -> None:
     assert v.ci_high < 1.03
 
 
-def test_a_significant_change_whose_interval_reaches_below_min_effect_is_no_change() -> None:
-    """The effect-size gate is the interval's bound, not the point ratio: a change
-    that is real (p tiny) and above min_effect by its point estimate, but not
-    certainly so, is not reported."""
+def test_a_real_change_above_min_effect_is_slower_though_its_interval_reaches_below_it() -> None:
+    """The effect-size gate is the point ratio (asv's rule): a change that is
+    real (p tiny, the interval clear of 1) and above min_effect by its
+    estimate is reported, though the interval's low end is under min_effect."""
     v = judge(latencies(3), latencies(4, scale=1.045))
-    assert v.p_value < v.alpha and v.ratio > 1.03 and v.ci_low < 1.03, v.message
+    assert v.p_value < v.alpha and v.ratio > 1.03 and 1 < v.ci_low < 1.03, v.message
+    assert v.decision == SLOWER
+
+
+def test_a_real_change_below_min_effect_is_no_change() -> None:
+    v = judge(latencies(3, n=2000), latencies(4, n=2000, scale=1.02))
+    assert v.p_value < v.alpha and v.ci_low > 1 and v.ratio < 1.03, v.message
+    assert v.decision == NO_CHANGE
+
+
+def test_an_interval_that_holds_no_change_is_no_change_whatever_the_estimate() -> None:
+    noisy_a = [1.0, 1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0, 2.0]
+    noisy_b = [1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0]
+    v = judge(noisy_a, noisy_b, alpha=1.0 - 1e-12)
+    assert v.ratio > 1.03 and v.ci_low <= 1, v.message
     assert v.decision == NO_CHANGE
 
 
@@ -130,7 +144,8 @@ def test_a_no_change_message_says_what_a_verdict_needs() -> None:
     v = judge(latencies(1), latencies(2))
     assert v.message.startswith("empty call: no change, ")
     assert v.message.endswith(
-        f"compared with {AGAINST} (a verdict needs p < 0.01 and the 99 % interval beyond \u00b13 %)"
+        f"compared with {AGAINST} "
+        "(a verdict needs p < 0.01, the 99 % interval clear of 0 and a change beyond \u00b13 %)"
     )
 
 
