@@ -99,10 +99,11 @@ def _check_bench_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
     """Fail on what the run would hit only after minutes: a backend that does
     not load, a world size it does not run, a JSON path that cannot be written."""
     from harness.backends import load_backend
+    from harness.perf.runner import parse_side, split_sides
 
-    for name in args.backend.split(","):
+    for name in split_sides(args.backend):
         try:
-            loaded = load_backend(name)
+            loaded = load_backend(parse_side(name, "--backend").spec)
         except (ImportError, ValueError, TypeError) as exc:
             parser.error(f"argument --backend: {exc}")
         if loaded.world_sizes is not None:
@@ -122,10 +123,11 @@ def _check_bench_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
 
 def _bench(args: argparse.Namespace) -> int:
     from harness.bench import run
+    from harness.perf.runner import split_sides
 
     iters = 500 if args.quick else args.iters
     idle_s = 2.0 if args.quick else 5.0
-    figures = run(backends=args.backend.split(","), world_sizes=args.world_size, iters=iters, idle_s=idle_s)
+    figures = run(backends=split_sides(args.backend), world_sizes=args.world_size, iters=iters, idle_s=idle_s)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(figures, f, indent=2)

@@ -28,7 +28,7 @@ from typing import Any
 
 from harness import probes
 from harness.backends import load_backend
-from harness.contract import ExecutorConfig
+from harness.perf.runner import parse_side
 from harness.shm import buffer_of
 
 __all__ = ["LatencyResult", "idle_cpu", "measure_backend", "measure_floor", "measure_naive", "run"]
@@ -198,9 +198,10 @@ def measure_backend(backend: str, world_size: int, iters: int, warmup: int) -> L
     """Round trips of an empty call, with the executor's start-up (factory to the
     first completed call; for ``ray`` with no cluster named, starting one) and
     shutdown; for a backend with a session, start-up again with it running."""
-    loaded = load_backend(backend)
+    side = parse_side(backend, "--backend")
+    loaded = load_backend(side.spec)
     t0 = time.perf_counter()
-    ex = loaded.factory(ExecutorConfig(world_size))
+    ex = loaded.factory(side.config(world_size))
     try:
         ex.collective_rpc(probes.noop)
         startup = time.perf_counter() - t0
@@ -215,7 +216,7 @@ def measure_backend(backend: str, world_size: int, iters: int, warmup: int) -> L
             os.environ.update(env)
             try:
                 t0 = time.perf_counter()
-                with loaded.factory(ExecutorConfig(world_size)) as ex:
+                with loaded.factory(side.config(world_size)) as ex:
                     ex.collective_rpc(probes.noop)
                     result.session_startup_s = time.perf_counter() - t0
             finally:
@@ -229,8 +230,9 @@ def measure_backend(backend: str, world_size: int, iters: int, warmup: int) -> L
 
 def idle_cpu(backend: str, world_size: int, seconds: float) -> float:
     """Percent of one core the caller's process uses while the executor sits idle."""
-    loaded = load_backend(backend)
-    with loaded.factory(ExecutorConfig(world_size)) as ex:
+    side = parse_side(backend, "--backend")
+    loaded = load_backend(side.spec)
+    with loaded.factory(side.config(world_size)) as ex:
         ex.collective_rpc(probes.noop)
         time.sleep(0.2)
         t0 = time.monotonic()

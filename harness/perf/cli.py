@@ -33,9 +33,10 @@ def add_arguments(bench: argparse.ArgumentParser) -> None:
     g.add_argument("--workload", help=f"comma-separated, of: {', '.join(WORKLOADS)}")
     g.add_argument("--compare", nargs=2, metavar=("A", "B"), help="A/B run: two backends, or one with two settings")
     g.add_argument("--gate", help="the metric an A/B run judges (default: the workload's first)")
-    g.add_argument("--rounds", type=int, default=10, help="alternating batches per side (default 10)")
-    g.add_argument("--reps", type=int, default=50, help="steps per batch (default 50)")
-    g.add_argument("--warmup", type=int, default=20, help="steps before the first batch (default 20)")
+    # 40 rounds of 25: the sizes behind the power figures (tests/perf/power.py).
+    g.add_argument("--rounds", type=int, default=40, help="alternating batches per side (default 40)")
+    g.add_argument("--reps", type=int, default=25, help="steps per batch (default 25)")
+    g.add_argument("--warmup", type=int, default=10, help="steps before the first batch (default 10)")
     g.add_argument("--baseline-dir", default=None, help="where baselines are (default tests/perf/baselines)")
     g.add_argument("--update-baseline", action="store_true", help="store this run as the machine's baseline")
     g.add_argument("--plot", help="draw the run against its baseline or the A side to this PNG")
@@ -158,7 +159,7 @@ def _against_baseline(args: argparse.Namespace, out: Callable[[str], None]) -> i
         machine_fingerprint,
         store_baseline,
     )
-    from harness.perf.runner import open_side, parse_side, run_rounds
+    from harness.perf.runner import open_side, parse_side, run_rounds, split_sides
     from harness.perf.stats import SLOWER, compare
 
     folder = Path(args.baseline_dir or BASELINE_FOLDER)
@@ -171,12 +172,14 @@ def _against_baseline(args: argparse.Namespace, out: Callable[[str], None]) -> i
     baseline = stored or Baseline(fp, commit=git_commit())
     slower = False
     plots: dict[str, tuple[list[float], list[float]]] = {}
-    for backend in args.backend.split(","):
+    for backend in split_sides(args.backend):
         side = parse_side(backend, "--backend")
         device = side.settings.get("device", "cpu")
         for make in _workloads(args):
             for ws in args.world_size:
                 w = make()
+                if hasattr(w, "device"):  # the workload's tensors go where the side's workers compute
+                    w.device = device
                 with open_side(side, ws) as ex:
                     samples: Samples = run_rounds(
                         {side.text: ex}, w, ws, rounds=args.rounds, reps=args.reps, warmup=args.warmup
@@ -233,7 +236,7 @@ def _costs(args: argparse.Namespace, out: Callable[[str], None]) -> int:
     import contextlib
 
     from harness.perf import curves
-    from harness.perf.runner import open_side, parse_side
+    from harness.perf.runner import open_side, parse_side, split_sides
 
     wanted = _curves(args)
     explicit_ws = getattr(args, "world_size_explicit", False)
@@ -241,7 +244,7 @@ def _costs(args: argparse.Namespace, out: Callable[[str], None]) -> int:
     world_series: dict[str, list[tuple[float, float]]] = {}
     notes: list[str] = []
     report: list[dict[str, Any]] = []
-    for backend in args.backend.split(","):
+    for backend in split_sides(args.backend):
         side = parse_side(backend, "--backend")
         payload: list[curves.PayloadPoint] = []
         world: list[curves.WorldSizePoint] = []

@@ -71,6 +71,19 @@ def parse_side(text: str, where: str = "the command line") -> Side:
     return Side(text, spec.strip(), settings)
 
 
+def split_sides(text: str) -> list[str]:
+    """A comma-separated list of sides, where a side's own settings are
+    comma-separated too: ``mp,mp@start_method=spawn,device=cuda`` is two sides.
+    A part with ``=`` and no ``@`` continues the side before it."""
+    sides: list[str] = []
+    for part in text.split(","):
+        if sides and "=" in part and "@" not in part and "@" in sides[-1]:
+            sides[-1] += "," + part
+        else:
+            sides.append(part)
+    return [s.strip() for s in sides if s.strip()]
+
+
 @contextlib.contextmanager
 def open_side(side: Side, world_size: int) -> Iterator[Any]:
     """The side's executor, inside its backend's run-wide session if it has one

@@ -29,7 +29,7 @@ from harness.perf.runner import open_side, parse_side, run_rounds
 from harness.perf.workloads import EngineStep
 
 PLAIN = "mp@start_method=fork"
-SIZES = {"rounds": 10, "reps": 25, "warmup": 10}  # as tests/perf/test_power.py
+SIZES = {"rounds": 40, "reps": 25, "warmup": 10}  # as tests/perf/test_power.py
 
 
 def _rate(b: str, runs: int, world_size: int) -> tuple[int, list[float]]:
@@ -45,10 +45,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--world-size", type=int, default=1)
+    p.add_argument("--rounds", type=int, default=SIZES["rounds"], help="rounds per A/B run")
     p.add_argument("--delays", default="0.02,0.05,0.1", help="fractions of the step's median")
     p.add_argument("--rows", default="self,seed,delayed", help="which rows, of self, seed, delayed")
     args = p.parse_args()
     ws, wanted = args.world_size, set(args.rows.split(","))
+    SIZES["rounds"] = args.rounds
     with open_side(parse_side(PLAIN), ws) as ex:
         samples = run_rounds({"mp": ex}, EngineStep(), ws, rounds=4, reps=25, warmup=10)["mp"]
     step = statistics.median(samples["step"])

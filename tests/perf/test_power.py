@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.perf, pytest.mark.isolated, pytest.mark.exclusive]
 PLAIN = "mp@start_method=fork"
 REGRESSED = "tests.perf.regressed:spinning_reply_thread@start_method=fork"
 WORLD_SIZE = 1
-FULL = {"rounds": 10, "reps": 25, "warmup": 10}
+FULL = {"rounds": 40, "reps": 25, "warmup": 10}
 QUICK = {"rounds": 6, "reps": 25, "warmup": 10}
 
 

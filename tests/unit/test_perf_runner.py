@@ -179,3 +179,11 @@ def test_an_ab_run_with_too_few_rounds_says_so() -> None:
     a = parse_side("tests.unit.test_perf_runner:fake@env.STEP_S=0.001")
     with pytest.raises(ValueError, match=r"gate metric 'step' has 3 samples per side: too few to judge \(at least 5\)"):
         run_ab(a, a, _Steps, 1, rounds=3, reps=5, warmup=0, progress=lambda s: None)
+
+
+def test_a_list_of_sides_keeps_each_sides_settings_together() -> None:
+    from harness.perf.runner import split_sides
+
+    assert split_sides("mp,ray") == ["mp", "ray"]
+    assert split_sides("mp@start_method=spawn,device=cuda,ray") == ["mp@start_method=spawn,device=cuda", "ray"]
+    assert split_sides("a.b:f@env.X=1,env.Y=2, mp") == ["a.b:f@env.X=1,env.Y=2", "mp"]
