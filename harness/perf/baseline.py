@@ -315,6 +315,9 @@ class Entry:
     metrics: Mapping[str, Distribution]
     date: str
     commit: str
+    #: The workload's parameters as measured (``EngineStep``: its calibrated
+    #: ``iterations``): a comparison runs the very same work. Optional in a file.
+    params: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[str, str, int, str]:
@@ -331,6 +334,7 @@ class Entry:
         *,
         commit: str | None = None,
         max_samples: int = MAX_STORED_SAMPLES,
+        params: Mapping[str, float] | None = None,
     ) -> Entry:
         """An entry for samples measured now, at ``commit`` (default: ``git_commit()``)."""
         if not metrics:
@@ -343,6 +347,7 @@ class Entry:
             {name: Distribution.of(values, name, max_samples) for name, values in metrics.items()},
             _now(),
             commit if commit is not None else git_commit(),
+            dict(params or {}),
         )
 
     def against(self, path: Path | str) -> str:
@@ -358,6 +363,7 @@ class Entry:
             "date": self.date,
             "commit": self.commit,
             "metrics": {name: d.to_dict() for name, d in sorted(self.metrics.items())},
+            **({"params": dict(sorted(self.params.items()))} if self.params else {}),
         }
 
     @classmethod
@@ -375,6 +381,14 @@ class Entry:
             metrics={name: Distribution.from_dict(m, _fields.join(metrics_where, name)) for name, m in metrics.items()},
             date=_fields.text(d, "date", where),
             commit=_fields.text(d, "commit", where),
+            params=(
+                {
+                    k: _fields.number(d["params"], k, _fields.join(where, "params"))
+                    for k in _fields.member(d, "params", where)
+                }
+                if "params" in d
+                else {}
+            ),
         )
 
 

@@ -180,6 +180,9 @@ def _against_baseline(args: argparse.Namespace, out: Callable[[str], None]) -> i
                 w = make()
                 if hasattr(w, "device"):  # the workload's tensors go where the side's workers compute
                     w.device = device
+                entry = stored.lookup(side.text, w.name, ws, device) if stored else None
+                if entry is not None and not args.update_baseline:
+                    w.use(entry.params)
                 with open_side(side, ws) as ex:
                     samples: Samples = run_rounds(
                         {side.text: ex}, w, ws, rounds=args.rounds, reps=args.reps, warmup=args.warmup
@@ -187,10 +190,9 @@ def _against_baseline(args: argparse.Namespace, out: Callable[[str], None]) -> i
                 _print_summary(out, side.text, w.name, ws, samples)
                 if args.update_baseline:
                     baseline = baseline.with_entry(
-                        Entry.measured(side.text, w.name, ws, device, samples, commit=git_commit())
+                        Entry.measured(side.text, w.name, ws, device, samples, commit=git_commit(), params=w.params())
                     )
                     continue
-                entry = stored.lookup(side.text, w.name, ws, device) if stored else None
                 if entry is None:
                     if stored is not None:
                         out(

@@ -31,7 +31,7 @@ import math
 import os
 import select
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -67,6 +67,12 @@ class Workload(Protocol):
     def finish(self, ex: Any) -> None:
         """Once per executor, after its last batch."""
 
+    def params(self) -> dict[str, float]:
+        """What a baseline stores so that a later run does the same work (may be empty)."""
+
+    def use(self, params: Mapping[str, float]) -> None:
+        """Do the work a baseline's ``params`` describe."""
+
 
 @dataclass
 class RoundTrip:
@@ -85,6 +91,12 @@ class RoundTrip:
         return {"latency": out}
 
     def finish(self, ex: Any) -> None:
+        pass
+
+    def params(self) -> dict[str, float]:
+        return {}
+
+    def use(self, params: Mapping[str, float]) -> None:
         pass
 
 
@@ -119,6 +131,12 @@ class Pipelined:
         return {"time per call": out}
 
     def finish(self, ex: Any) -> None:
+        pass
+
+    def params(self) -> dict[str, float]:
+        return {}
+
+    def use(self, params: Mapping[str, float]) -> None:
         pass
 
 
@@ -237,6 +255,15 @@ class EngineStep:
         if self._scheduler is not None:
             self._scheduler.close()
             self._scheduler = None
+
+    def params(self) -> dict[str, float]:
+        return {"iterations": float(self.iterations)} if self.iterations is not None else {}
+
+    def use(self, params: Mapping[str, float]) -> None:
+        # The baseline's calibration, not this process's: calibrations differ
+        # by a few percent from process to process, as much as the change sought.
+        if "iterations" in params:
+            self.iterations = int(params["iterations"])
 
 
 WORKLOADS: dict[str, Callable[[], Workload]] = {

@@ -55,8 +55,10 @@ def test_an_mp_slowed_by_a_millisecond_a_call_fails_the_baseline_comparison() ->
     entry = stored.lookup(CPU, "engine-step", WORLD_SIZE, "cpu")
     assert entry is not None
     slowed = parse_side("tests.perf.regressed:delayed@start_method=fork,env.HARNESS_PERF_DELAY_S=0.001")
+    work = EngineStep()
+    work.use(entry.params)  # the baseline's calibrated work, not this process's
     with open_side(slowed, WORLD_SIZE) as ex:
-        samples = run_rounds({"slowed": ex}, EngineStep(), WORLD_SIZE, rounds=4, reps=25, warmup=10)["slowed"]
+        samples = run_rounds({"slowed": ex}, work, WORLD_SIZE, rounds=4, reps=25, warmup=10)["slowed"]
     verdict = compare(entry.metrics["step"].samples, samples["step"], "engine-step ws=1 step", entry.against(path))
     assert verdict.decision == SLOWER, verdict.message
     assert verdict.message.startswith("engine-step ws=1 step: slower, "), verdict.message
@@ -69,7 +71,9 @@ def test_mp_on_a_gpu_is_not_slower_than_the_stored_gpu_baseline() -> None:
     stored, path = stored_or_skip(GPU, "cuda")
     entry = stored.lookup(GPU, "engine-step", WORLD_SIZE, "cuda")
     assert entry is not None
+    work = EngineStep(device="cuda")
+    work.use(entry.params)
     with open_side(parse_side(GPU), WORLD_SIZE) as ex:
-        samples = run_rounds({"gpu": ex}, EngineStep(device="cuda"), WORLD_SIZE, rounds=4, reps=25, warmup=10)["gpu"]
+        samples = run_rounds({"gpu": ex}, work, WORLD_SIZE, rounds=4, reps=25, warmup=10)["gpu"]
     verdict = compare(entry.metrics["step"].samples, samples["step"], "engine-step ws=1 cuda step", entry.against(path))
     assert verdict.decision != SLOWER, verdict.message

@@ -173,6 +173,20 @@ def test_a_baseline_round_trips_through_its_file(tmp_path: Path) -> None:
     assert load_baseline(path) == base
 
 
+def test_an_entry_keeps_the_workloads_parameters_so_a_comparison_does_the_same_work(tmp_path: Path) -> None:
+    from harness.perf.workloads import EngineStep
+
+    recorded = EngineStep(iterations=12345)
+    e = Entry.measured("mp", "engine-step", 1, "cpu", {"step": latencies(0)}, commit="abc", params=recorded.params())
+    path = stored(tmp_path, e)
+    back = load_baseline(path).lookup("mp", "engine-step", 1, "cpu")
+    assert back is not None and back.params == {"iterations": 12345.0}
+    later = EngineStep()
+    later.use(back.params)
+    assert later.iterations == 12345
+    assert "params" not in entry().to_dict()  # optional: files without it read as before
+
+
 def test_samples_are_stored_one_list_per_line(tmp_path: Path) -> None:
     text = stored(tmp_path).read_text()
     assert len(text.splitlines()) < 100
@@ -258,6 +272,8 @@ def _drop(*keys: str | int) -> Any:
         (_set("entries", 0, "metrics", to={}), "entries[0].metrics", "holds no metric"),
         (_set("entries", 1, "world_size", to=1), "entries[1]", "repeats the key"),
         (_set("date", to=20261130), "date", "expected a string, got int"),
+        (_set("entries", 0, "params", to=[1]), "entries[0].params", "expected an object, got list"),
+        (_set("entries", 0, "params", to={"iterations": "many"}), "entries[0].params.iterations", "got 'many'"),
     ],
 )
 def test_a_bad_field_is_an_error_naming_the_file_and_the_field(
