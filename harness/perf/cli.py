@@ -113,6 +113,7 @@ def _ab(args: argparse.Namespace, out: Callable[[str], None]) -> int:
     a, b = (parse_side(t, "--compare") for t in args.compare)
     slower = False
     plots: dict[str, tuple[list[float], list[float]]] = {}
+    verdicts: dict[str, str] = {}
     report: list[dict[str, Any]] = []
     for make in _workloads(args):
         for ws in args.world_size:
@@ -121,8 +122,9 @@ def _ab(args: argparse.Namespace, out: Callable[[str], None]) -> int:
                 out(line)
             slower |= result.b_is_slower
             la, lb = list(result.samples)
-            for metric in result.verdicts:
+            for metric, verdict in result.verdicts.items():
                 plots[f"{result.workload} ws={ws} {metric}"] = (result.samples[la][metric], result.samples[lb][metric])
+                verdicts[f"{result.workload} ws={ws} {metric}"] = verdict.message
             report.append(
                 {
                     "workload": result.workload,
@@ -134,7 +136,7 @@ def _ab(args: argparse.Namespace, out: Callable[[str], None]) -> int:
     if args.plot:
         from harness.perf.plot import plot_comparison
 
-        plot_comparison(args.plot, plots, labels=(f"A: {a.text}", f"B: {b.text}"), title="A/B")
+        plot_comparison(args.plot, plots, labels=(f"A: {a.text}", f"B: {b.text}"), title="A/B", verdicts=verdicts)
         out(f"plot: {args.plot}")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2), encoding="utf-8")
@@ -172,6 +174,7 @@ def _against_baseline(args: argparse.Namespace, out: Callable[[str], None]) -> i
     baseline = stored or Baseline(fp, commit=git_commit())
     slower = False
     plots: dict[str, tuple[list[float], list[float]]] = {}
+    verdicts: dict[str, str] = {}
     for backend in split_sides(args.backend):
         side = parse_side(backend, "--backend")
         device = side.settings.get("device", "cpu")
@@ -209,6 +212,7 @@ def _against_baseline(args: argparse.Namespace, out: Callable[[str], None]) -> i
                     out(f"  {v.decision:>9}  {v.message}")
                     slower |= v.decision == SLOWER and metric == (args.gate or w.metrics[0])
                     plots[f"{w.name} ws={ws} {metric}"] = (list(entry.metrics[metric].samples), values)
+                    verdicts[f"{w.name} ws={ws} {metric}"] = v.message
     if args.update_baseline:
         store_baseline(path, baseline)
         out(f"baseline stored: {path}")
@@ -216,7 +220,7 @@ def _against_baseline(args: argparse.Namespace, out: Callable[[str], None]) -> i
     if args.plot and plots:
         from harness.perf.plot import plot_comparison
 
-        plot_comparison(args.plot, plots, labels=("baseline", "this run"), title=str(path))
+        plot_comparison(args.plot, plots, labels=("baseline", "this run"), title=str(path), verdicts=verdicts)
         out(f"plot: {args.plot}")
     return 1 if slower else 0
 
