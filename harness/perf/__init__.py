@@ -2,8 +2,11 @@
 
 - ``stats``: the statistical decision (slower, faster, no change) between two
   samples of a metric, and the summary figures of one;
-- ``baseline``: baselines stored per kind of machine (its fingerprint), read
-  and written safely;
+- ``baseline``: baselines stored per kind of machine, read and written safely;
+- ``machine``: that kind of machine (its fingerprint), the commit, the time;
+- ``workloads``, ``runner``, ``ab``: what a benchmark does to an executor,
+  how rounds are run, and A/B runs;
+- ``curves``: how a backend's cost grows with payload size and world size;
 - ``plot``: the pictures of a comparison and of cost curves.
 
 scipy and matplotlib (the ``perf`` extra) are imported only where a comparison

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from harness.perf import baseline as baseline_module
+from harness.perf import machine as machine_module
 from harness.perf.baseline import (
     MAX_STORED_SAMPLES,
     SCHEMA_VERSION,
@@ -87,7 +88,7 @@ def test_the_fingerprint_id_is_a_slug_and_a_hash_of_the_fields_that_matter() -> 
 
 def test_this_machines_fingerprint_has_every_field(monkeypatch: pytest.MonkeyPatch) -> None:
     # No GPU probe here: it may start a child that imports torch.
-    monkeypatch.setattr(baseline_module, "_gpus", lambda: ("NVIDIA H200", "NVIDIA H200"))
+    monkeypatch.setattr(machine_module, "_gpus", lambda: ("NVIDIA H200", "NVIDIA H200"))
     fp = machine_fingerprint()
     assert fp.cpu_model and fp.cpu_count >= 1
     assert (fp.gpu_model, fp.gpu_count) == ("NVIDIA H200", 2)
@@ -97,7 +98,7 @@ def test_this_machines_fingerprint_has_every_field(monkeypatch: pytest.MonkeyPat
 
 
 def test_a_missing_gpu_is_none(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(baseline_module, "_gpus", tuple)
+    monkeypatch.setattr(machine_module, "_gpus", tuple)
     assert (machine_fingerprint().gpu_model, machine_fingerprint().gpu_count) == ("none", 0)
 
 
@@ -106,11 +107,11 @@ def test_gpus_are_read_from_nvidia_smi(tmp_path: Path, monkeypatch: pytest.Monke
     smi.write_text("#!/bin/sh\nprintf 'NVIDIA H200\\nNVIDIA H200\\n'\n")
     smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", str(tmp_path))
-    baseline_module._gpus.cache_clear()
+    machine_module._gpus.cache_clear()
     try:
-        assert baseline_module._gpus() == ("NVIDIA H200", "NVIDIA H200")
+        assert machine_module._gpus() == ("NVIDIA H200", "NVIDIA H200")
     finally:
-        baseline_module._gpus.cache_clear()
+        machine_module._gpus.cache_clear()
 
 
 def test_git_commit_is_the_checkouts_or_unknown(tmp_path: Path) -> None:

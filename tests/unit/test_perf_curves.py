@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -96,20 +96,29 @@ def test_world_sizes_are_those_the_cores_allow_and_always_one_and_two() -> None:
     assert default_world_sizes(64) == [1, 2, 4, 8]
 
 
-def _linear(per_byte: float, fixed: float = 20e-6) -> list[PayloadPoint]:
-    return [PayloadPoint(s, fixed + per_byte * s, per_byte * s / 4, 5) for s in PAYLOAD_SIZES]
+def _curve(call_s: Callable[[int], float], copy_s: Callable[[int], float]) -> list[PayloadPoint]:
+    return [PayloadPoint(s, call_s(s), copy_s(s), 5) for s in PAYLOAD_SIZES]
 
 
 def test_a_cost_linear_in_the_bytes_is_not_noted() -> None:
-    assert growth_notes(_linear(1e-9)) == []
+    assert growth_notes(_curve(lambda s: 20e-6 + 1e-9 * s, lambda s: 1e-10 * s)) == []
+
+
+def test_a_cost_that_slows_only_as_the_copy_slows_is_not_noted() -> None:
+    # Past 4 MiB every byte costs the copy 3x as much (the caches): the call too.
+    def cached(s: int) -> float:
+        return 1e-10 * s * (3 if s > 4 * MiB else 1)
+
+    assert growth_notes(_curve(lambda s: 10 * cached(s), cached)) == []
 
 
 def test_a_cost_that_grows_with_the_square_of_the_bytes_is_noted_at_the_size_it_shows() -> None:
-    points = [PayloadPoint(s, 20e-6 + 1e-9 * s * (s / MiB), 1e-10 * s, 5) for s in PAYLOAD_SIZES]
-    notes = growth_notes(points)
+    notes = growth_notes(_curve(lambda s: 20e-6 + 1e-9 * s * (s / MiB), lambda s: 1e-10 * s))
     # Past 256 KiB each size is 4x the last, so a quadratic cost is noted at every one.
     assert [n.split(":")[0] for n in notes] == ["payload 1 MiB", "payload 4 MiB", "payload 16 MiB", "payload 64 MiB"]
-    assert notes[0].endswith("the time per byte of the smaller payloads from 256 KiB: cost grows faster than the bytes")
+    assert notes[-1] == (
+        "payload 64 MiB: 640.0x a plain copy of its bytes, against 3.3x at 256 KiB: cost grows faster than the bytes"
+    )
 
 
 def test_a_call_that_costs_more_than_the_added_ranks_is_noted() -> None:
