@@ -136,29 +136,39 @@ class RingWriter:
         data: bytes | bytearray | memoryview,
         wait_for_space: Callable[[], None],
         notify: Callable[[], None] = lambda: None,
+        prefix: bytes = b"",
     ) -> None:
-        """Publish one message. Calls ``wait_for_space`` while the ring is full and
-        ``notify`` after each chunk; an exception from either aborts the write (and
-        leaves the ring unusable: a reader may hold half a message)."""
+        """Publish one message, ``prefix`` then ``data`` (a header written in
+        front without first joining the two: a copy of a large payload saved).
+        Calls ``wait_for_space`` while the ring is full and ``notify`` after
+        each chunk; an exception from either aborts the write (and leaves the
+        ring unusable: a reader may hold half a message)."""
         buf = self._live_buf()
         view = memoryview(data).cast("B")
         size = self.handle.slot_size
-        total = len(view)
-        start = 0
+        head = len(prefix)
+        total = head + len(view)
+        start = 0  # offset in the message, prefix included
         while True:
             while not self.has_space():
                 wait_for_space()
-            chunk = view[start : start + size]
-            more = 1 if start + size < total else 0
+            end = min(start + size, total)
+            more = 1 if end < total else 0
             seq = self._next_chunk
             off = self.handle.slot_offset(seq % self.handle.n_slots)
-            data_off = off + _SLOT_HDR_SIZE
-            buf[data_off : data_off + len(chunk)] = chunk
-            struct.pack_into("<QQ", buf, off + 8, len(chunk), more)
+            pos = off + _SLOT_HDR_SIZE
+            if start < head:
+                part = prefix[start : min(end, head)]
+                buf[pos : pos + len(part)] = part
+                pos += len(part)
+            lo, hi = max(start - head, 0), end - head
+            if hi > lo:
+                buf[pos : pos + hi - lo] = view[lo:hi]
+            struct.pack_into("<QQ", buf, off + 8, end - start, more)
             _U64.pack_into(buf, off, seq + 1)  # publish last
             self._next_chunk = seq + 1
             notify()
-            start += size
+            start = end
             if not more:
                 return
 
@@ -200,9 +210,9 @@ class RingReader:
             raise ValueError(f"segment {handle.name} is not a ring matching {handle}")
         self._counter_off = handle.counter_offset(index)
         self._consumed = _U64.unpack_from(buffer_of(self._shm), self._counter_off)[0]
-        self._partial: list[bytes] = []
+        self._partial: bytearray | None = None
 
-    def poll(self) -> bytes | None:
+    def poll(self) -> bytes | bytearray | None:
         """The next whole message, or None if it is not (completely) there yet."""
         if self._shm is None:
             raise ValueError(f"ring {self.handle.name} is closed")
@@ -215,16 +225,21 @@ class RingReader:
                 return None
             length, more = struct.unpack_from("<QQ", buf, off + 8)
             data_off = off + _SLOT_HDR_SIZE
-            chunk = bytes(buf[data_off : data_off + length])
+            if more or self._partial is not None:
+                # A message of several chunks grows in one buffer (realloc moves
+                # pages, not bytes), instead of a list of chunks joined at the end.
+                if self._partial is None:
+                    self._partial = bytearray()
+                self._partial += buf[data_off : data_off + length]
+            else:
+                chunk = bytes(buf[data_off : data_off + length])
             self._consumed = seq + 1
             _U64.pack_into(buf, self._counter_off, self._consumed)  # frees the slot
             if more:
-                self._partial.append(chunk)
                 continue
-            if self._partial:
-                self._partial.append(chunk)
-                chunk = b"".join(self._partial)
-                self._partial = []
+            if self._partial is not None:
+                whole, self._partial = self._partial, None
+                return whole
             return chunk
 
     def close(self) -> None:

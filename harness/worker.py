@@ -41,6 +41,7 @@ __all__ = [
     "decode_request",
     "encode_request",
     "init_distributed",
+    "request_header",
     "run_call",
 ]
 
@@ -125,11 +126,16 @@ def init_distributed(
     )
 
 
+def request_header(call_id: int) -> bytes:
+    """What precedes a request's body on the wire: its call id."""
+    return _CALL_ID.pack(call_id)
+
+
 def encode_request(call_id: int, body: bytes) -> bytes:
-    return _CALL_ID.pack(call_id) + body
+    return request_header(call_id) + body
 
 
-def decode_request(raw: bytes) -> tuple[int, memoryview]:
+def decode_request(raw: bytes | bytearray) -> tuple[int, memoryview]:
     return _CALL_ID.unpack_from(raw, 0)[0], memoryview(raw)[_CALL_ID.size :]
 
 

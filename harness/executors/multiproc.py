@@ -41,7 +41,7 @@ from harness.contract import (
 from harness.executors._group import Failure, GroupExecutor
 from harness.futures import FutureQueue, PendingCall, Reply
 from harness.shm import RingReader, RingWriter
-from harness.worker import SHUTDOWN_CALL_ID, WorkerSpec, encode_request, worker_main
+from harness.worker import SHUTDOWN_CALL_ID, WorkerSpec, encode_request, request_header, worker_main
 
 __all__ = ["MultiprocExecutor", "create"]
 
@@ -194,7 +194,7 @@ class _Group:
             queue.pump(_RING_FULL_WAIT_S)
 
         try:
-            self.ring.write(encode_request(call.call_id, body), wait_for_space, self.wake)
+            self.ring.write(body, wait_for_space, self.wake, prefix=request_header(call.call_id))
         except BaseException as exc:
             if self.ring.chunks_written != before:
                 # Half a message sits in the ring (a timeout, Ctrl-C, a dead

@@ -237,6 +237,31 @@ def test_overflow_message_sizes(rings: Rings, slot_size: int, size: int) -> None
         assert out == sent
 
 
+@pytest.mark.parametrize(
+    ("prefix_size", "size"),
+    [
+        (8, 0),  # the prefix alone
+        (8, 56),  # prefix and data fill one slot exactly
+        (8, 57),  # one byte spills into a second chunk
+        (8, 64 * 5),  # data across several chunks, the ring wrapping
+        (64, 1),  # the prefix fills the first slot; the data starts the second
+        (100, 30),  # the prefix itself spans two chunks
+    ],
+)
+def test_a_prefix_is_read_as_the_front_of_the_message(rings: Rings, prefix_size: int, size: int) -> None:
+    w = rings.writer(n_readers=2, n_slots=4, slot_size=64)
+    readers = rings.readers_of(w)
+    got: list[list[bytes]] = [[] for _ in readers]
+    wait = _draining(readers, got)
+    prefix, data = _payload(1, prefix_size), _payload(2, size)
+    w.write(data, wait, prefix=prefix)
+    w.write(b"after", wait)
+    for r, out in zip(readers, got, strict=True):
+        _drain(r, out)
+    assert got == [[prefix + data, b"after"]] * 2
+    assert w.chunks_written == max(1, -(-(prefix_size + size) // 64)) + 1
+
+
 def test_overflow_several_mib_with_tiny_slots(rings: Rings) -> None:
     size = 2 * 1024 * 1024 + 3
     w = rings.writer(n_readers=2, n_slots=8, slot_size=512)
