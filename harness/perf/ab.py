@@ -52,7 +52,7 @@ def run_ab(
     world_size: int,
     *,
     rounds: int = 40,
-    reps: int = 25,
+    reps: int | None = None,
     warmup: int = 10,
     gate: str | None = None,
     alpha: float = 0.01,
@@ -61,7 +61,8 @@ def run_ab(
     fresh: bool = True,
 ) -> ABResult:
     """``rounds`` rounds; in each, both sides measured one after the other
-    (order alternating), ``reps`` steps each after ``warmup``. Every metric is
+    (order alternating), ``reps`` steps each (default: the workload's
+    ``default_reps``) after ``warmup``. Every metric is
     judged B against A on the rounds' medians, not on single steps.
 
     Why rounds, not steps: one executor's steps share its processes' placement
@@ -77,7 +78,7 @@ def run_ab(
     gate = gate or w.metrics[0]
     if gate not in w.metrics:
         raise ValueError(f"gate metric {gate!r}: workload {w.name!r} measures {', '.join(w.metrics)}")
-    kwargs: dict[str, Any] = {"reps": reps, "warmup": warmup}
+    kwargs: dict[str, Any] = {"reps": reps or w.default_reps, "warmup": warmup}
     if progress is not None:
         kwargs["progress"] = progress
     samples: dict[str, Samples] = {la: {}, lb: {}}

@@ -35,7 +35,12 @@ def add_arguments(bench: argparse.ArgumentParser) -> None:
     g.add_argument("--gate", help="the metric an A/B run judges (default: the workload's first)")
     # 40 rounds of 25: the sizes behind the power figures (tests/perf/power.py).
     g.add_argument("--rounds", type=int, default=40, help="alternating batches per side (default 40)")
-    g.add_argument("--reps", type=int, default=25, help="steps per batch (default 25)")
+    g.add_argument(
+        "--reps",
+        type=int,
+        default=None,
+        help="steps per batch (default: the workload's: engine-step 25, pipelined 100 windows, round-trip 500)",
+    )
     g.add_argument("--warmup", type=int, default=10, help="steps before the first batch (default 10)")
     g.add_argument("--baseline-dir", default=None, help="where baselines are (default tests/perf/baselines)")
     g.add_argument("--update-baseline", action="store_true", help="store this run as the machine's baseline")
@@ -84,7 +89,7 @@ def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     except (ImportError, ValueError, TypeError) as exc:
         parser.error(f"argument --compare: {exc}" if args.compare else str(exc))
     for name in ("rounds", "reps"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"argument --{name}: expected at least 1, got {getattr(args, name)}")
     if args.warmup < 0:
         parser.error(f"argument --warmup: expected at least 0, got {args.warmup}")
@@ -188,7 +193,7 @@ def _against_baseline(args: argparse.Namespace, out: Callable[[str], None]) -> i
                     w.use(entry.params)
                 with open_side(side, ws) as ex:
                     samples: Samples = run_rounds(
-                        {side.text: ex}, w, ws, rounds=args.rounds, reps=args.reps, warmup=args.warmup
+                        {side.text: ex}, w, ws, rounds=args.rounds, reps=args.reps or w.default_reps, warmup=args.warmup
                     )[side.text]
                 _print_summary(out, side.text, w.name, ws, samples)
                 if args.update_baseline:

@@ -57,6 +57,9 @@ class Workload(Protocol):
     name: str
     #: Its metrics; the first is the headline, the one an A/B gate judges by default.
     metrics: tuple[str, ...]
+    #: Steps per batch unless told: a batch should last a good many milliseconds,
+    #: or it is all the warming up that follows the pause before it.
+    default_reps: int
 
     def prepare(self, ex: Any, world_size: int) -> None:
         """Once per executor, before its warm-up: what the steps need on the workers."""
@@ -78,6 +81,7 @@ class Workload(Protocol):
 class RoundTrip:
     name: str = "round-trip"
     metrics: tuple[str, ...] = ("latency",)
+    default_reps: int = 500
 
     def prepare(self, ex: Any, world_size: int) -> None:
         ex.collective_rpc(_probes.noop)
@@ -105,6 +109,7 @@ class Pipelined:
     depth: int = 8
     name: str = "pipelined"
     metrics: tuple[str, ...] = ("time per call",)
+    default_reps: int = 100
 
     def __post_init__(self) -> None:
         if self.depth < 1:
@@ -211,6 +216,7 @@ class EngineStep:
     seed: int = 0
     name: str = "engine-step"
     metrics: tuple[str, ...] = ("step", "caller CPU", "workers CPU")
+    default_reps: int = 25
     #: Calibrated once per process, and kept: both sides of an A/B run get the same work.
     iterations: int | None = None
     _key: str = field(default="", init=False)
