@@ -33,6 +33,27 @@ def test_hangs(executor):
 """
 
 
+# pytest as a shell starts it: SIGINT and SIGTERM neither blocked nor ignored.
+# This test runs inside the outer run, where a thread's signal mask or an
+# ignored disposition can be inherited through fork and exec, and a pytest
+# that cannot see SIGINT proves nothing about how pytest handles it.
+_AS_FROM_A_SHELL = (
+    "import os, signal, sys; "
+    "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM}); "
+    "[signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT, signal.SIGTERM)]; "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
+def _signals(pid: int) -> str:
+    """The process's blocked and ignored signal masks, as /proc says."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            return ", ".join(line.strip() for line in f if line.startswith(("SigBlk", "SigIgn")))
+    except OSError:
+        return "gone"
+
+
 def _helpers(tag: str) -> list[int]:
     found = []
     for pid in _tagged(tag):
@@ -42,6 +63,18 @@ def _helpers(tag: str) -> list[int]:
         except psutil.Error:
             continue
     return found
+
+
+def _described(pids: set[int]) -> list[str]:
+    """Each process with its state, parent and command line: what was left, and why it might be."""
+    out = []
+    for pid in sorted(pids):
+        try:
+            p = psutil.Process(pid)
+            out.append(f"{pid} ({p.status()}, parent {p.ppid()}): {' '.join(p.cmdline())[:160]}")
+        except psutil.Error:
+            out.append(f"{pid} (gone)")
+    return out
 
 
 def _mapped_shm(pids: list[int]) -> set[str]:
@@ -66,7 +99,18 @@ def test_killing_pytest_mid_test_takes_the_test_and_its_workers_along(tmp_path: 
     env = dict(os.environ, HARNESS_META_TAG=tag, TMPDIR=str(tmp), PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     args = ["--harness-backend", "mp", "--harness-world-size", "2", "--harness-start-method", "spawn"]
     run = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "test_hangs.py", *args, "-p", "no:cacheprovider"],
+        [
+            sys.executable,
+            "-c",
+            _AS_FROM_A_SHELL,
+            sys.executable,
+            "-m",
+            "pytest",
+            "test_hangs.py",
+            *args,
+            "-p",
+            "no:cacheprovider",
+        ],
         cwd=tmp_path,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -79,9 +123,10 @@ def test_killing_pytest_mid_test_takes_the_test_and_its_workers_along(tmp_path: 
         before = _tagged(tag)
         segments = _mapped_shm(before)
         assert segments, "expected the mp workers to map shared memory"
+        masks = _signals(run.pid)
         run.send_signal(signum)
         gone = wait_until(lambda: not _tagged(tag), 10)
-        left = _tagged(tag)
+        left = _described(_tagged(tag))
     finally:
         for pid in _tagged(tag):
             try:
@@ -89,7 +134,10 @@ def test_killing_pytest_mid_test_takes_the_test_and_its_workers_along(tmp_path: 
             except ProcessLookupError:
                 pass
         run.wait(30)
-    assert gone, f"processes of the run left 10 s after {signal.Signals(signum).name}: {left}"
+    assert gone, (
+        f"processes of the run left 10 s after {signal.Signals(signum).name} (pytest's signals before it: {masks}): "
+        + "; ".join(left)
+    )
     assert wait_until(lambda: not [s for s in segments if os.path.exists(f"/dev/shm/{s}")], 5), (
         f"shared memory left: {[s for s in segments if os.path.exists(f'/dev/shm/{s}')]}"
     )
