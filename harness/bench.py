@@ -29,6 +29,7 @@ from typing import Any
 from harness import probes
 from harness.backends import load_backend
 from harness.perf.runner import parse_side
+from harness.perf.workloads import time_calls
 from harness.shm import buffer_of
 
 __all__ = ["LatencyResult", "idle_cpu", "measure_backend", "measure_floor", "measure_naive", "run"]
@@ -63,17 +64,6 @@ def _summarise(name: str, world_size: int, seconds: Sequence[float]) -> LatencyR
     ordered = sorted(seconds)
     p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
     return LatencyResult(name, world_size, statistics.median(ordered) * 1e6, p90 * 1e6, len(ordered))
-
-
-def _time_calls(call: Callable[[], Any], iters: int, warmup: int) -> list[float]:
-    for _ in range(warmup):
-        call()
-    out = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        call()
-        out.append(time.perf_counter() - t0)
-    return out
 
 
 # ---- floor: shared-memory ping-pong ---------------------------------------------
@@ -118,7 +108,7 @@ def measure_floor(world_size: int, iters: int, warmup: int) -> LatencyResult:
                 os.sched_yield()
 
     try:
-        return _summarise("floor", world_size, _time_calls(ping, iters, warmup))
+        return _summarise("floor", world_size, time_calls(ping, iters, warmup))
     finally:
         view[0] = -1
         for p in procs:
@@ -179,7 +169,7 @@ def measure_naive(world_size: int, iters: int, warmup: int) -> LatencyResult:
         fut.result()
 
     try:
-        return _summarise("naive", world_size, _time_calls(call, iters, warmup))
+        return _summarise("naive", world_size, time_calls(call, iters, warmup))
     finally:
         stop.set()
         thread.join()
@@ -205,7 +195,7 @@ def measure_backend(backend: str, world_size: int, iters: int, warmup: int) -> L
     try:
         ex.collective_rpc(probes.noop)
         startup = time.perf_counter() - t0
-        result = _summarise(backend, world_size, _time_calls(lambda: ex.collective_rpc(probes.noop), iters, warmup))
+        result = _summarise(backend, world_size, time_calls(lambda: ex.collective_rpc(probes.noop), iters, warmup))
     finally:
         t1 = time.perf_counter()
         ex.shutdown()

@@ -22,12 +22,12 @@ from __future__ import annotations
 import itertools
 import os
 import statistics
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from harness.perf import _probes
+from harness.perf.workloads import time_calls
 
 __all__ = [
     "PAYLOAD_SIZES",
@@ -107,14 +107,7 @@ def reps_for(size: int, most: int = 200, least: int = 5) -> int:
 
 
 def _median_time(call: Callable[[], Any], reps: int, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        call()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return statistics.median(time_calls(call, reps, warmup))
 
 
 def memcpy_floor(data: bytes, reps: int) -> float:

@@ -46,6 +46,7 @@ __all__ = [
     "Scheduler",
     "Workload",
     "calibrate_work",
+    "time_calls",
     "workload",
 ]
 
@@ -77,22 +78,24 @@ class Workload(Protocol):
         """Do the work a baseline's ``params`` describe."""
 
 
+def time_calls(call: Callable[[], Any], reps: int, warmup: int = 0) -> list[float]:
+    """Seconds each of ``reps`` calls of ``call`` took, after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        call()
+    out = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        call()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
 @dataclass
-class RoundTrip:
-    name: str = "round-trip"
-    metrics: tuple[str, ...] = ("latency",)
-    default_reps: int = 500
+class _EmptyCalls:
+    """A workload of empty calls: nothing to set up on the workers, no parameters to keep."""
 
     def prepare(self, ex: Any, world_size: int) -> None:
         ex.collective_rpc(_probes.noop)
-
-    def measure(self, ex: Any, world_size: int, reps: int) -> Samples:
-        out = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            ex.collective_rpc(_probes.noop)
-            out.append(time.perf_counter() - t0)
-        return {"latency": out}
 
     def finish(self, ex: Any) -> None:
         pass
@@ -105,7 +108,17 @@ class RoundTrip:
 
 
 @dataclass
-class Pipelined:
+class RoundTrip(_EmptyCalls):
+    name: str = "round-trip"
+    metrics: tuple[str, ...] = ("latency",)
+    default_reps: int = 500
+
+    def measure(self, ex: Any, world_size: int, reps: int) -> Samples:
+        return {"latency": time_calls(lambda: ex.collective_rpc(_probes.noop), reps)}
+
+
+@dataclass
+class Pipelined(_EmptyCalls):
     depth: int = 8
     name: str = "pipelined"
     metrics: tuple[str, ...] = ("time per call",)
@@ -114,9 +127,6 @@ class Pipelined:
     def __post_init__(self) -> None:
         if self.depth < 1:
             raise ValueError(f"pipelined: depth must be at least 1 call in flight, got {self.depth}")
-
-    def prepare(self, ex: Any, world_size: int) -> None:
-        ex.collective_rpc(_probes.noop)
 
     def measure(self, ex: Any, world_size: int, reps: int) -> Samples:
         # One sample per window of `depth` calls: the time to send and collect
@@ -134,15 +144,6 @@ class Pipelined:
         while in_flight:
             in_flight.popleft().result()
         return {"time per call": out}
-
-    def finish(self, ex: Any) -> None:
-        pass
-
-    def params(self) -> dict[str, float]:
-        return {}
-
-    def use(self, params: Mapping[str, float]) -> None:
-        pass
 
 
 #: Bookkeeping iterations between two polls of the scheduler's input (about 10 µs).
