@@ -55,6 +55,7 @@ def _conform(args: argparse.Namespace, pytest_args: list[str]) -> int:
         "report_md": "--harness-report-md",
         "timeout": "--harness-timeout",
         "require_gpus": "--harness-require-gpus",
+        "seed": "--harness-seed",
         "k": "-k",
     }
     for attr, flag in passed_on.items():
@@ -149,6 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     conform.add_argument("--clause", help="only these clauses, by exact id, e.g. C1,C4")
     conform.add_argument("--declare", help="clauses to treat as declared unsupported, e.g. C12,C22")
     conform.add_argument("--require-gpus", help="fail, not skip, GPU tests needing at most N GPUs when fewer exist")
+    conform.add_argument("--seed", help="seed of the tensor-parallel checks' weights and inputs (default 0)")
     conform.add_argument("--report-json", help="write the matrix as JSON to this path")
     conform.add_argument("--report-md", help="write the matrix as Markdown to this path")
     conform.add_argument("--timeout", help="seconds before a test is killed with its processes (default 300)")

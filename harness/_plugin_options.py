@@ -100,6 +100,7 @@ class Options:
     #: False where the start methods are the default: a backend's first start
     #: method then runs at every world size, its others at one (see world_sizes_of).
     start_methods_explicit: bool = True
+    seed: int = 0  # of the tensor-parallel checks' random weights and inputs
 
     def world_sizes_of(
         self, backend: str, start_method: str | None = None, loaded: LoadedBackend | None = None
@@ -134,6 +135,10 @@ HELP_JOBS = (
     "isolated tests to run side by side, each in its own process group: a number, or 'auto' "
     "(the default: twice the CPU count, at most 8); tests marked exclusive run alone"
 )
+HELP_SEED = (
+    "the seed of the tensor-parallel checks' weights and inputs (default 0); a failure prints it, "
+    "so the same run replays"
+)
 HELP_CLAUSE = "only the tests of these clauses, by exact id, comma-separated (e.g. C1,C4)"
 
 #: (option, its short form where no other plugin or conftest has it, dest, help)
@@ -147,6 +152,7 @@ _OPTIONS = (
     ("--harness-isolate", "--isolate", "harness_isolate", HELP_ISOLATE),
     ("--harness-jobs", "--jobs", "harness_jobs", HELP_JOBS),
     ("--harness-require-gpus", "--require-gpus", "harness_require_gpus", HELP_REQUIRE_GPUS),
+    ("--harness-seed", "--seed", "harness_seed", HELP_SEED),
     ("--harness-report-json", "--report-json", "harness_report_json", "write the clause matrix as JSON to this path"),
     ("--harness-report-md", "--report-md", "harness_report_md", "write the clause matrix as Markdown to this path"),
 )
@@ -248,6 +254,9 @@ def parse_options(config: pytest.Config) -> Options:
     gpus_text, gpus_where = _setting(config, "harness_require_gpus", "HARNESS_REQUIRE_GPUS", "", "0")
     if not gpus_text.strip().isdigit():
         raise pytest.UsageError(f"Invalid GPU count {gpus_text!r} from {gpus_where}: expected an integer >= 0")
+    seed_text, seed_where = _setting(config, "harness_seed", "HARNESS_SEED", "", "0")
+    if not seed_text.strip().isdigit():
+        raise pytest.UsageError(f"Invalid seed {seed_text!r} from {seed_where}: expected an integer >= 0")
     jobs_text, jobs_where = _setting(config, "harness_jobs", "HARNESS_JOBS", "harness_jobs", "auto")
     jobs = _jobs(jobs_text, jobs_where)
     isolate_text = (config.getoption("harness_isolate") or "yes").lower()
@@ -268,6 +277,7 @@ def parse_options(config: pytest.Config) -> Options:
         backends_where=backends_where,
         jobs=jobs,
         start_methods_explicit=sm_where != "the default",
+        seed=int(seed_text),
     )
 
 

@@ -1,21 +1,63 @@
-"""A tiny tensor-parallel MLP and its dense reference (C16).
+"""Tiny tensor-parallel models and their dense references (C16).
 
-The dense model is ``y = W2 · gelu(W1 · x + b1) + b2``. Sharded over ``n`` ranks:
-W1 and b1 are split by output rows (column-parallel: each rank computes its
-slice of the hidden layer, no communication), W2 by input columns
-(row-parallel: each rank computes a partial sum), and an ``all_reduce`` joins
-the partial sums before b2 is added once. Weights are random, from a seed, so
-every rank builds the same dense weights locally: nothing is downloaded.
+Two models, both with random weights from a seed, so every rank builds the
+same dense weights locally: nothing is downloaded.
+
+**The MLP** (the perf tier's engine step). The dense model is
+``y = W2 · gelu(W1 · x + b1) + b2``. Sharded over ``n`` ranks: W1 and b1 are
+split by output rows (column-parallel: each rank computes its slice of the
+hidden layer, no communication), W2 by input columns (row-parallel: each rank
+computes a partial sum), and an ``all_reduce`` joins the partial sums before b2
+is added once.
+
+**The decoder** (the conformance suite's C16), sharded the way real models are
+(Megatron-style, as vLLM does it)::
+
+    ids ─► embedding (vocabulary-parallel: a rank looks up the ids in its rows,
+    │      zeros elsewhere; all_reduce)
+    ├─► per layer:  x += attention(rmsnorm(x))   QKV column-parallel by head,
+    │                                            output row-parallel; all_reduce
+    │               x += mlp(rmsnorm(x))         gate/up column-parallel,
+    │                                            down row-parallel; all_reduce
+    └─► rmsnorm ─► logits (vocabulary-parallel head; all_gather, in rank order)
+
+Query heads split evenly across ranks. Grouped-query attention has fewer KV
+heads than query heads; where they are fewer than the ranks too, each KV head
+is replicated on the ranks whose query heads read it (``kv_heads_of_rank``).
+Every hidden state after an all_reduce is the full one on every rank, so each
+rank's per-layer outputs can be compared with the dense model's.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-__all__ = ["TOLERANCES", "dense_forward", "make_weights", "sharded_forward"]
+__all__ = [
+    "TOLERANCES",
+    "Communicator",
+    "DecoderShape",
+    "decoder_prompt",
+    "decoder_weights",
+    "dense_decoder",
+    "dense_forward",
+    "greedy_decode",
+    "kv_heads_of_rank",
+    "layer_mismatches",
+    "make_weights",
+    "sharded_decoder",
+    "sharded_forward",
+]
 
-#: dtype name -> (rtol, atol) for comparing sharded with dense output.
-TOLERANCES = {"float32": (1e-5, 1e-5), "float64": (1e-10, 1e-10), "bfloat16": (5e-2, 5e-2)}
+#: dtype name -> (rtol, atol) for comparing sharded with dense output. bfloat16
+#: keeps 8 significant bits (unit roundoff 2**-8, 0.4 %); a sharded layer rounds
+#: each rank's partial sum to bfloat16 before the all_reduce adds them, where the
+#: dense one rounds the whole sum once, and the decoder's residual stream carries
+#: each layer's difference into the next. The bound allows about 16 such
+#: roundings (6 %) of a value near 1: the decoder's 2 layers round 2 partial sums
+#: each, the embedding and the logits one more, on up to 8 ranks.
+TOLERANCES = {"float32": (1e-5, 1e-5), "float64": (1e-10, 1e-10), "bfloat16": (16 * 2**-8, 16 * 2**-8)}
 
 
 def make_weights(seed: int, d_in: int, d_hidden: int, d_out: int, dtype: str = "float32") -> dict[str, Any]:
@@ -54,3 +96,255 @@ def sharded_forward(w: dict[str, Any], rank: int, world_size: int, device: Any =
     y = h @ w["w2"][:, rows].to(device).T  # row-parallel: a partial sum
     dist.all_reduce(y)
     return y + w["b2"].to(device)
+
+
+# ---- the decoder -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DecoderShape:
+    """The decoder's sizes. ``for_world_size`` picks ones every rank count divides."""
+
+    vocab: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    layers: int = 2
+
+    @classmethod
+    def for_world_size(cls, world_size: int) -> DecoderShape:
+        """Eight query heads and two KV heads where the rank count divides 8 (at 4
+        and 8 ranks the KV heads are fewer than the ranks, and replicated); for
+        other counts, 4 query heads per rank and one KV head (replicated on all)."""
+        if world_size < 1:
+            raise ValueError(f"world size {world_size} is not a positive rank count")
+        heads, kv_heads = (8, 2) if 8 % world_size == 0 else (4 * world_size, 1)
+        return cls(vocab=64 * heads, hidden=64, heads=heads, kv_heads=kv_heads, head_dim=16, intermediate=32 * heads)
+
+    def check(self, world_size: int) -> None:
+        """Raises ValueError naming the size that ``world_size`` ranks cannot split."""
+        for name in ("vocab", "heads", "intermediate"):
+            if getattr(self, name) % world_size:
+                raise ValueError(f"decoder {name} {getattr(self, name)} is not divisible by world size {world_size}")
+        if self.heads % self.kv_heads:
+            raise ValueError(f"decoder heads {self.heads} are not a multiple of kv_heads {self.kv_heads}")
+        if self.kv_heads % world_size and world_size % self.kv_heads:
+            raise ValueError(
+                f"decoder kv_heads {self.kv_heads} neither divide nor are divided by world size {world_size}"
+            )
+
+
+class Communicator(Protocol):
+    """The two collectives the sharded decoder needs (torch.distributed's by default)."""
+
+    def all_reduce(self, t: Any) -> Any: ...  # sums across ranks, returns the sum
+
+    def all_gather(self, t: Any) -> list[Any]: ...  # every rank's tensor, in rank order
+
+
+class _Distributed:
+    """torch.distributed's default process group."""
+
+    def all_reduce(self, t: Any) -> Any:
+        import torch.distributed as dist
+
+        dist.all_reduce(t)
+        return t
+
+    def all_gather(self, t: Any) -> list[Any]:
+        import torch
+        import torch.distributed as dist
+
+        parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+        dist.all_gather(parts, t.contiguous())
+        return parts
+
+
+def decoder_weights(seed: int, shape: DecoderShape, dtype: str = "float32") -> dict[str, Any]:
+    """The dense model's weights, on the CPU; the same on every process for a seed."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    dt = getattr(torch, dtype)
+
+    def randn(*size: int, scale: float = 1.0) -> Any:
+        return (torch.randn(*size, generator=g, dtype=torch.float64) * scale).to(dt)
+
+    h, q, kv = shape.hidden, shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
+    w = {
+        "embedding": randn(shape.vocab, h),
+        "norm": 1 + randn(h, scale=0.1),
+        "lm_head": randn(shape.vocab, h, scale=h**-0.5),
+    }
+    for i in range(shape.layers):
+        p = f"layers.{i}."
+        w[p + "attention_norm"] = 1 + randn(h, scale=0.1)
+        w[p + "wq"] = randn(q, h, scale=h**-0.5)
+        w[p + "wk"] = randn(kv, h, scale=h**-0.5)
+        w[p + "wv"] = randn(kv, h, scale=h**-0.5)
+        w[p + "wo"] = randn(h, q, scale=q**-0.5)
+        w[p + "mlp_norm"] = 1 + randn(h, scale=0.1)
+        w[p + "gate"] = randn(shape.intermediate, h, scale=h**-0.5)
+        w[p + "up"] = randn(shape.intermediate, h, scale=h**-0.5)
+        w[p + "down"] = randn(h, shape.intermediate, scale=shape.intermediate**-0.5)
+    return w
+
+
+def decoder_prompt(seed: int, shape: DecoderShape, length: int = 8) -> list[int]:
+    import torch
+
+    g = torch.Generator().manual_seed(seed + 1)
+    return [int(i) for i in torch.randint(0, shape.vocab, (length,), generator=g)]
+
+
+def kv_heads_of_rank(rank: int, world_size: int, kv_heads: int) -> range:
+    """The KV heads ``rank`` holds: an even share where they are at least as many
+    as the ranks, else the one its query heads read (replicated on
+    ``world_size // kv_heads`` neighbouring ranks)."""
+    if kv_heads >= world_size:
+        per = kv_heads // world_size
+        return range(rank * per, (rank + 1) * per)
+    first = rank // (world_size // kv_heads)
+    return range(first, first + 1)
+
+
+def _rms_norm(x: Any, weight: Any) -> Any:
+    import torch
+
+    var = x.float().pow(2).mean(-1, keepdim=True)
+    return (x.float() * torch.rsqrt(var + 1e-6)).to(x.dtype) * weight
+
+
+def _rope(x: Any) -> Any:
+    """Rotary position embedding on ``x`` of shape [tokens, heads, head_dim]."""
+    import torch
+
+    t, _, d = x.shape
+    inv = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64, device=x.device) / d)
+    ang = torch.arange(t, dtype=torch.float64, device=x.device)[:, None] * inv[None, :]
+    cos, sin = ang.cos()[:, None, :].to(x.dtype), ang.sin()[:, None, :].to(x.dtype)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
+
+
+def _attend(q: Any, k: Any, v: Any, group: int) -> Any:
+    """Causal attention; q [T, Hq, D], k and v [T, Hkv, D], query head j reading KV head j // group."""
+    import torch
+
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    scores = torch.einsum("thd,shd->hts", q, k) / q.shape[-1] ** 0.5
+    t = q.shape[0]
+    mask = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)
+    probs = scores.masked_fill(mask, float("-inf")).float().softmax(-1).to(q.dtype)
+    return torch.einsum("hts,shd->thd", probs, v).flatten(1)
+
+
+def dense_decoder(w: dict[str, Any], shape: DecoderShape, ids: list[int]) -> dict[str, Any]:
+    """The unsharded forward: the hidden state after each stage, and the logits."""
+    import torch.nn.functional as F
+
+    out: dict[str, Any] = {}
+    x = w["embedding"][list(ids)]
+    out["embedding"] = x
+    d, t = shape.head_dim, len(ids)
+    for i in range(shape.layers):
+        p = f"layers.{i}."
+        h = _rms_norm(x, w[p + "attention_norm"])
+        q = _rope((h @ w[p + "wq"].T).view(t, shape.heads, d))
+        k = _rope((h @ w[p + "wk"].T).view(t, shape.kv_heads, d))
+        v = (h @ w[p + "wv"].T).view(t, shape.kv_heads, d)
+        x = x + _attend(q, k, v, shape.heads // shape.kv_heads) @ w[p + "wo"].T
+        out[p + "attention"] = x
+        h = _rms_norm(x, w[p + "mlp_norm"])
+        x = x + (F.silu(h @ w[p + "gate"].T) * (h @ w[p + "up"].T)) @ w[p + "down"].T
+        out[p + "mlp"] = x
+    out["logits"] = _rms_norm(x, w["norm"]) @ w["lm_head"].T
+    return out
+
+
+def sharded_decoder(
+    w: dict[str, Any],
+    shape: DecoderShape,
+    ids: list[int],
+    rank: int,
+    world_size: int,
+    comm: Communicator | None = None,
+) -> dict[str, Any]:
+    """This rank's forward over its shards of ``w`` (the dense weights; a rank
+    slices what it holds), joined by ``comm``; the same stages as ``dense_decoder``."""
+    import torch
+    import torch.nn.functional as F
+
+    shape.check(world_size)
+    comm = comm or _Distributed()
+    n, d, t = world_size, shape.head_dim, len(ids)
+    out: dict[str, Any] = {}
+
+    rows = shape.vocab // n
+    first_id = rank * rows
+    local = torch.tensor(ids, device=w["embedding"].device) - first_id
+    mine = (local >= 0) & (local < rows)
+    x = w["embedding"][first_id : first_id + rows][local.clamp(0, rows - 1)] * mine[:, None].to(w["embedding"].dtype)
+    x = comm.all_reduce(x)
+    out["embedding"] = x
+
+    heads = shape.heads // n
+    q_rows = slice(rank * heads * d, (rank + 1) * heads * d)
+    kv = kv_heads_of_rank(rank, n, shape.kv_heads)
+    kv_rows = slice(kv.start * d, kv.stop * d)
+    group = heads // len(kv)  # the local query heads that read each local KV head
+    ff = shape.intermediate // n
+    ff_rows = slice(rank * ff, (rank + 1) * ff)
+    for i in range(shape.layers):
+        p = f"layers.{i}."
+        h = _rms_norm(x, w[p + "attention_norm"])
+        q = _rope((h @ w[p + "wq"][q_rows].T).view(t, heads, d))
+        k = _rope((h @ w[p + "wk"][kv_rows].T).view(t, len(kv), d))
+        v = (h @ w[p + "wv"][kv_rows].T).view(t, len(kv), d)
+        x = x + comm.all_reduce(_attend(q, k, v, group) @ w[p + "wo"][:, q_rows].T)
+        out[p + "attention"] = x
+        h = _rms_norm(x, w[p + "mlp_norm"])
+        partial = (F.silu(h @ w[p + "gate"][ff_rows].T) * (h @ w[p + "up"][ff_rows].T)) @ w[p + "down"][:, ff_rows].T
+        x = x + comm.all_reduce(partial)
+        out[p + "mlp"] = x
+    logits = _rms_norm(x, w["norm"]) @ w["lm_head"][first_id : first_id + rows].T
+    out["logits"] = torch.cat(comm.all_gather(logits), dim=-1)
+    return out
+
+
+def greedy_decode(forward: Callable[[list[int]], Any], prompt: list[int], steps: int) -> list[int]:
+    """``steps`` greedy tokens after ``prompt``; ``forward(ids)`` returns the logits
+    of every position. The whole sequence is run again each step (no KV cache:
+    the model is tiny, and the check is the sharding, not the cache)."""
+    ids = list(prompt)
+    for _ in range(steps):
+        ids.append(int(forward(ids)[-1].argmax()))
+    return ids[len(prompt) :]
+
+
+def layer_mismatches(
+    got: list[dict[str, Any]], want: dict[str, Any], dtype: str
+) -> list[tuple[int, str, float, tuple[int, ...]]]:
+    """(rank, stage, largest error, its index) for each stage of each rank whose
+    output is outside ``dtype``'s tolerance of the dense one (or missing, or of
+    another shape: error ``inf``), earliest stage first within a rank."""
+    import torch
+
+    rtol, atol = TOLERANCES[dtype]
+    bad: list[tuple[int, str, float, tuple[int, ...]]] = []
+    for rank, stages in enumerate(got):
+        for name, ref in want.items():
+            out = stages.get(name) if isinstance(stages, dict) else None
+            if out is None or tuple(out.shape) != tuple(ref.shape):
+                bad.append((rank, name, float("inf"), ()))
+                continue
+            a, b = out.detach().double().cpu(), ref.detach().double().cpu()
+            err = (a - b).abs()
+            excess = err - (atol + rtol * b.abs())
+            if bool((excess > 0).any()) or not bool(torch.isfinite(a).all()):
+                at = int(torch.nan_to_num(excess, nan=float("inf")).argmax())
+                index = tuple(int(i) for i in torch.unravel_index(torch.tensor(at), err.shape))
+                bad.append((rank, name, float(err.flatten()[at]), index))
+    return bad

@@ -158,6 +158,7 @@ def pytest_configure(config: pytest.Config) -> None:
                 else {"start methods run": "a backend's first at every world size, its others at one (2 if selected)"}
             ),
             **({"required GPUs": opts.require_gpus} if opts.require_gpus else {}),
+            "seed": opts.seed,
         }
     )
     config.stash[matrix_key] = matrix
@@ -238,6 +239,12 @@ def world_size(harness_variant: Variant) -> int:
 @pytest.fixture
 def start_method(harness_variant: Variant) -> str:
     return harness_variant.start_method
+
+
+@pytest.fixture
+def harness_seed(request: pytest.FixtureRequest) -> int:
+    """The seed of the tensor-parallel checks (``--harness-seed``)."""
+    return request.config.stash[options_key].seed
 
 
 @pytest.fixture

@@ -187,6 +187,44 @@ def tensor_parallel_forward(
     return out.cpu()
 
 
+def _decoder_on(seed: int, dtype: str, device: str, world_size: int) -> tuple[dict[str, Any], Any, list[int]]:
+    """The decoder's dense weights on this rank's device, its shape and prompt.
+    TF32 is off: the check compares float32 with float32, not with 10-bit matmuls."""
+    import torch
+
+    from harness import models
+
+    shape = models.DecoderShape.for_world_size(world_size)
+    w = models.decoder_weights(seed, shape, dtype)
+    if device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        dev = torch.device("cuda", torch.cuda.current_device())
+        w = {name: t.to(dev) for name, t in w.items()}
+    return w, shape, models.decoder_prompt(seed, shape)
+
+
+def decoder_stages(worker: Any, seed: int, dtype: str, device: str, world_size: int) -> dict[str, Any]:
+    """This rank's part of the sharded decoder's forward (``harness.models``): the
+    hidden state after each stage and the logits, on the CPU. The shards are
+    chosen by ``worker.rank`` and the caller's world size, as the MLP's are."""
+    from harness import models
+
+    w, shape, ids = _decoder_on(seed, dtype, device, world_size)
+    out = models.sharded_decoder(w, shape, ids, int(worker.rank), world_size)
+    return {name: t.cpu() for name, t in out.items()}
+
+
+def decoder_greedy(worker: Any, seed: int, dtype: str, device: str, world_size: int, steps: int) -> list[int]:
+    """``steps`` greedy tokens of the sharded decoder after its prompt, every rank
+    in lockstep (each step's logits are gathered on every rank)."""
+    from harness import models
+
+    w, shape, ids = _decoder_on(seed, dtype, device, world_size)
+    rank = int(worker.rank)
+    return models.greedy_decode(lambda s: models.sharded_decoder(w, shape, s, rank, world_size)["logits"], ids, steps)
+
+
 def _refuse_unpickling() -> None:
     raise RuntimeError("this object cannot be unpickled (by design)")
 

@@ -1,4 +1,4 @@
-"""C14, C15: ranks, processes, and collectives across the workers."""
+"""C14, C15, C16: ranks, processes, collectives across the workers, and a model sharded over them."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from harness import probes
-from harness.conformance._checks import expect_equal, on_rank
+from harness.conformance._checks import expect_equal
+from harness.conformance._tensor_parallel import check_decoder_stages, check_greedy_tokens
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -52,21 +53,16 @@ def test_c15_the_process_group_runs_on_the_configs_dist_backend(
 
 @pytest.mark.clause("C16")
 @pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
-def test_c16_tensor_parallel_model_matches_the_dense_one(
-    executor: Any, world_size: int, executor_config: Any, dtype: str
+def test_c16_a_sharded_decoder_matches_the_dense_one_stage_by_stage(
+    executor: Any, world_size: int, executor_config: Any, dtype: str, harness_seed: int
 ) -> None:
-    import torch
+    # Vocabulary-parallel embedding and logits, attention split by heads (with KV
+    # heads replicated where fewer than the ranks), MLP column- then row-parallel.
+    check_decoder_stages(executor, world_size, dtype, executor_config.device, harness_seed)
 
-    from harness import models
 
-    dims = (32, 16 * 4 * 3, 24)  # the hidden size divides by every world size up to 4 (and 3)
-    got = executor.collective_rpc(
-        probes.tensor_parallel_forward, args=(7, dims, dtype, executor_config.device, world_size)
-    )
-    expected = models.dense_forward(models.make_weights(7, *dims, dtype=dtype)).float()
-    rtol, atol = models.TOLERANCES[dtype]
-    for rank, out in enumerate(got):
-        assert out.shape == expected.shape, (
-            f"rank {rank}: got shape {tuple(out.shape)}, expected {tuple(expected.shape)}"
-        )
-        torch.testing.assert_close(out.float(), expected, rtol=rtol, atol=atol, msg=on_rank(rank))
+@pytest.mark.clause("C16")
+def test_c16_greedy_tokens_of_the_sharded_decoder_equal_the_dense_ones(
+    executor: Any, world_size: int, executor_config: Any, harness_seed: int
+) -> None:
+    check_greedy_tokens(executor, world_size, "float32", executor_config.device, harness_seed)

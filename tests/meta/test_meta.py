@@ -33,6 +33,7 @@ CASES = [
     ("shifted_ranks", "C14", "c14_"),
     ("isolated_groups", "C15", "c15_"),
     ("isolated_groups", "C16", "c16_ and float32"),
+    ("shifted_ranks", "C16", "c16_greedy"),  # the shards by worker.rank, the gather by group rank
     ("truncated_payloads", "C17", "c17_a_64"),
     ("shared_singleton", "C18", "c18_"),
     ("pickle_error_in_future", "C20", "c20_unpicklable_argument"),

@@ -1,0 +1,170 @@
+"""The tiny decoder of ``harness.models`` and C16's decoder checks, without processes.
+
+The ranks run as threads of this process, joined by a communicator that sums
+and gathers their tensors at a barrier, so every world size runs in
+milliseconds. The checks' own failures are proved here too: a model that drops
+the KV-head replication, and ranks that take the wrong shards, fail with the
+rank and the stage named.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from harness import models  # noqa: E402
+from harness.conformance import _tensor_parallel  # noqa: E402
+
+
+class _Collectives:
+    """torch.distributed's two collectives for ``n`` threads: each call meets the
+    other ranks' calls at a barrier."""
+
+    def __init__(self, n: int) -> None:
+        self.barrier = threading.Barrier(n, timeout=30)
+        self.slots: list[Any] = [None] * n
+        self.rank = threading.local()
+
+    def _exchange(self, t: Any) -> list[Any]:
+        self.slots[self.rank.value] = t.clone()
+        self.barrier.wait()
+        parts = list(self.slots)
+        self.barrier.wait()
+        return parts
+
+    def all_reduce(self, t: Any) -> Any:
+        parts = self._exchange(t)
+        total = parts[0].clone()
+        for p in parts[1:]:
+            total += p
+        return total
+
+    def all_gather(self, t: Any) -> list[Any]:
+        return self._exchange(t)
+
+
+class ThreadExecutor:
+    """``collective_rpc`` over ``n`` threads that use ``_Collectives`` for the
+    default process group; ``rank_of`` maps a thread's group rank to the
+    ``worker.rank`` it is shown (a wrong layout when not the identity)."""
+
+    def __init__(self, n: int, monkeypatch: pytest.MonkeyPatch, rank_of: Callable[[int], int] = lambda r: r) -> None:
+        self.n, self.rank_of = n, rank_of
+        self.comm = _Collectives(n)
+        monkeypatch.setattr(models, "_Distributed", lambda: self.comm)
+
+    def collective_rpc(self, fn: Callable[..., Any], args: tuple[Any, ...] = ()) -> list[Any]:
+        results: list[Any] = [None] * self.n
+
+        def run(rank: int) -> None:
+            self.comm.rank.value = rank
+            worker = type("Worker", (), {"rank": self.rank_of(rank)})()
+            results[rank] = fn(worker, *args)
+
+        threads = [threading.Thread(target=run, args=(r,)) for r in range(self.n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        return results
+
+
+@pytest.fixture
+def executor_of(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., ThreadExecutor]]:
+    yield lambda n, **kw: ThreadExecutor(n, monkeypatch, **kw)
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4, 8])
+@pytest.mark.parametrize("dtype", ["float64", "float32", "bfloat16"])
+def test_the_sharded_decoder_matches_the_dense_one_at_every_stage(
+    executor_of: Callable[..., ThreadExecutor], world_size: int, dtype: str
+) -> None:
+    _tensor_parallel.check_decoder_stages(executor_of(world_size), world_size, dtype, "cpu", seed=0)
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+def test_greedy_tokens_of_the_sharded_decoder_equal_the_dense_ones(
+    executor_of: Callable[..., ThreadExecutor], world_size: int
+) -> None:
+    _tensor_parallel.check_greedy_tokens(executor_of(world_size), world_size, "float32", "cpu", seed=3)
+
+
+def test_the_shapes_split_evenly_and_have_grouped_kv_heads_fewer_than_the_ranks_at_4_and_8() -> None:
+    for n in (1, 2, 3, 4, 5, 6, 8):
+        shape = models.DecoderShape.for_world_size(n)
+        shape.check(n)
+        assert shape.kv_heads < shape.heads, f"world size {n}: {shape} has no grouped-query attention"
+    assert models.DecoderShape.for_world_size(4).kv_heads < 4
+    assert models.DecoderShape.for_world_size(8).kv_heads < 8
+
+
+def test_a_kv_head_fewer_than_the_ranks_is_replicated_on_the_ranks_whose_queries_read_it() -> None:
+    assert [models.kv_heads_of_rank(r, 4, 2) for r in range(4)] == [range(0, 1), range(0, 1), range(1, 2), range(1, 2)]
+    assert [models.kv_heads_of_rank(r, 2, 4) for r in range(2)] == [range(0, 2), range(2, 4)]
+    assert [models.kv_heads_of_rank(r, 3, 1) for r in range(3)] == [range(0, 1)] * 3
+
+
+def test_a_size_the_ranks_cannot_split_is_an_error_naming_it() -> None:
+    shape = models.DecoderShape(vocab=100, hidden=64, heads=8, kv_heads=2, head_dim=16, intermediate=256)
+    with pytest.raises(ValueError, match="decoder vocab 100 is not divisible by world size 8"):
+        shape.check(8)
+    with pytest.raises(ValueError, match="kv_heads 3 neither divide nor are divided by world size 2"):
+        models.DecoderShape(vocab=64, hidden=64, heads=6, kv_heads=3, head_dim=16, intermediate=64).check(2)
+
+
+def test_a_model_that_drops_the_kv_head_replication_fails_at_the_first_attention_with_the_ranks_named(
+    executor_of: Callable[..., ThreadExecutor], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    right = models.kv_heads_of_rank
+
+    def round_robin(rank: int, world_size: int, kv_heads: int) -> range:
+        # Where the KV heads are fewer than the ranks: rank r holds KV head r % kv_heads,
+        # not the one its query heads read.
+        return (
+            range(rank % kv_heads, rank % kv_heads + 1) if kv_heads < world_size else right(rank, world_size, kv_heads)
+        )
+
+    monkeypatch.setattr(models, "kv_heads_of_rank", round_robin)
+    with pytest.raises(AssertionError) as failure:
+        _tensor_parallel.check_decoder_stages(executor_of(4), 4, "float32", "cpu", seed=0)
+    text = str(failure.value)
+    for rank in range(4):
+        assert f"rank {rank}, layers.0.attention: largest error" in text, text
+    assert "seed 0: replay with --harness-seed 0" in text
+
+
+def test_workers_that_take_another_ranks_shards_fail_with_the_rank_and_stage_named(
+    executor_of: Callable[..., ThreadExecutor],
+) -> None:
+    # worker.rank is the next group rank's: every shard is present once, so the
+    # sums are right and only the gathered logits come out in the wrong order.
+    ex = executor_of(2, rank_of=lambda r: (r + 1) % 2)
+    with pytest.raises(AssertionError, match=r"rank 0, logits: largest error .* at index \("):
+        _tensor_parallel.check_decoder_stages(ex, 2, "float32", "cpu", seed=0)
+    with pytest.raises(AssertionError, match=r"rank 0: greedy tokens differ from the dense model's from step 0"):
+        _tensor_parallel.check_greedy_tokens(ex, 2, "float32", "cpu", seed=0)
+
+
+def test_a_missing_or_misshapen_stage_is_named() -> None:
+    shape = models.DecoderShape.for_world_size(1)
+    w = models.decoder_weights(0, shape)
+    want = models.dense_decoder(w, shape, models.decoder_prompt(0, shape))
+    got = dict(want)
+    del got["layers.1.mlp"]
+    got["logits"] = got["logits"][:, :3]
+    bad = models.layer_mismatches([got], want, "float32")
+    assert [(r, s) for r, s, _, _ in bad] == [(0, "layers.1.mlp"), (0, "logits")]
+    assert all(err == float("inf") for _, _, err, _ in bad)
+
+
+def test_a_nan_is_a_mismatch_even_where_the_tolerance_would_hide_it() -> None:
+    shape = models.DecoderShape.for_world_size(1)
+    want = models.dense_decoder(models.decoder_weights(0, shape), shape, models.decoder_prompt(0, shape))
+    got = {k: v.clone() for k, v in want.items()}
+    got["embedding"][2, 5] = float("nan")
+    assert [(r, s, i) for r, s, _, i in models.layer_mismatches([got], want, "bfloat16")] == [(0, "embedding", (2, 5))]
