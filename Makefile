@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install -q "$(TORCH)"$(if $(TORCH_INDEX), --index-url "$(TORCH_INDEX)")
 # A .venv made before the rename holds the distribution under its old name, "harness".
 	@if $(BIN)/python -m pip show -q harness >/dev/null 2>&1; then $(BIN)/python -m pip uninstall -q -y harness; fi
-	$(BIN)/python -m pip install -q -e ".[dev,ray]"
+	$(BIN)/python -m pip install -q -e ".[dev,ray,gpu]"
 	touch $(STAMP)
 
 install: $(STAMP)

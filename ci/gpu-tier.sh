@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU tier on a GPU machine where torch (CUDA build), pytest, pytest-timeout
-# and psutil are installed but harness is not: harness is taken from this
+# and psutil are installed (nvidia-ml-py too, where it can be: without it, what
+# the GPUs hold is read with nvidia-smi) but harness is not: harness is taken from this
 # checkout (PYTHONPATH) and its plugin loaded with -p. Writes env.txt,
 # pytest.log and the clause matrix (gpu.json, gpu.md) under $OUT (default
 # reports/gpu). Usage: ci/gpu-tier.sh [extra pytest arguments]

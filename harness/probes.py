@@ -225,6 +225,30 @@ def decoder_greedy(worker: Any, seed: int, dtype: str, device: str, world_size: 
     return models.greedy_decode(lambda s: models.sharded_decoder(w, shape, s, rank, world_size)["logits"], ids, steps)
 
 
+def device_work(worker: Any, tag: int, launches: int, device: str, size: int = 1 << 14) -> tuple[int, Any]:
+    """Queues ``launches`` rounds of kernels on this rank's device (an add to the
+    result, and a matmul that keeps the device busy), then returns (rank, the
+    result copied to the CPU): every entry ``tag + launches`` once the kernels ran."""
+    import torch
+
+    dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
+    x = torch.full((size,), float(tag), device=dev)
+    busy = torch.eye(1024 if device == "cuda" else 64, device=dev)
+    for _ in range(launches):
+        x += 1
+        busy = torch.tanh(busy @ busy)
+    return int(worker.rank), x.cpu()
+
+
+def cuda_device(worker: Any) -> tuple[int, str]:
+    """(torch.cuda.current_device(), that device's UUID): which GPU this rank computes on,
+    named the same way in every process whatever its CUDA_VISIBLE_DEVICES."""
+    import torch
+
+    index = torch.cuda.current_device()
+    return index, f"GPU-{torch.cuda.get_device_properties(index).uuid}"
+
+
 def _refuse_unpickling() -> None:
     raise RuntimeError("this object cannot be unpickled (by design)")
 
@@ -271,14 +295,17 @@ def recorded_calls(worker: Any, key: str) -> list[Any]:
 # ---- worker death, hung workers (C8, C9) ----------------------------------------
 
 
-def all_reduce_without_rank(worker: Any, absent: int, marker_dir: str, keep_blocking: bool) -> list[float]:
+def all_reduce_without_rank(
+    worker: Any, absent: int, marker_dir: str, keep_blocking: bool, device: str = "cpu"
+) -> list[float]:
     """Every rank but ``absent`` blocks in an all_reduce that ``absent`` never joins.
 
     All ranks first meet in a barrier, then leave a file ``rank-<r>`` in
     ``marker_dir`` (so the caller knows the collective is under way); ``absent``
     then sleeps until it is killed. gloo fails the others' all_reduce once a peer
     dies; with ``keep_blocking`` they stay blocked instead, as ranks in a NCCL
-    collective do when a peer dies: no survivor ever replies.
+    collective do when a peer dies: no survivor ever replies. ``device``: where
+    the all_reduce's tensor lives ("cuda" on NCCL).
     """
     import threading
     from pathlib import Path
@@ -290,14 +317,14 @@ def all_reduce_without_rank(worker: Any, absent: int, marker_dir: str, keep_bloc
     Path(marker_dir, f"rank-{worker.rank}").touch()
     if worker.rank == absent:
         time.sleep(3600)
-    t = torch.ones(1)
+    t = torch.ones(1, device=torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else "cpu")
     try:
         dist.all_reduce(t)
     except Exception:
         if not keep_blocking:
             raise
         threading.Event().wait()
-    return [float(x) for x in t.tolist()]
+    return [float(x) for x in t.cpu().tolist()]
 
 
 def hang_in_native_code_on_rank(worker: Any, rank: int, marker: str) -> int:

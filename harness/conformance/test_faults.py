@@ -27,42 +27,17 @@ from harness.conformance._checks import (
     raised_by,
     wait_until,
 )
+from harness.conformance._faults import (
+    DEATH_BOUND_S,
+    STUB_ERRORS,
+    expect_failure,
+    kill,
+    kill_a_rank_inside_a_collective,
+    left,
+    victim,
+)
 
 pytestmark = pytest.mark.timeout(300)
-
-
-#: SPEC.md's C8 bound: a death fails calls and runs the callbacks within this.
-DEATH_BOUND_S = 10.0
-# What a stub or a half-written backend raises: not a call failing because a worker died.
-_STUB_ERRORS = (NotImplementedError, AttributeError, TypeError)
-
-
-def _victim(executor: Any) -> tuple[int, int]:
-    """(rank, pid) of the highest rank with a process of its own: the one to kill."""
-    pids = [int(p) for p in bounded(lambda: executor.collective_rpc(probes.pid), 60, "collective_rpc(pid)")]
-    apart = [(rank, pid) for rank, pid in enumerate(pids) if pid != os.getpid()]
-    if not apart:
-        not_applicable("every rank runs in the caller's process: no worker can die apart from the caller")
-    return apart[-1]
-
-
-def _kill(pid: int) -> float:
-    """SIGKILL ``pid``; the moment of its death."""
-    os.kill(pid, signal.SIGKILL)
-    return time.monotonic()
-
-
-def _left(died: float) -> float:
-    return max(died + DEATH_BOUND_S - time.monotonic(), 0.1)
-
-
-def _expect_failure(error: BaseException | None, what: str) -> None:
-    """``error`` is a call failing, as C8 asks: not a success, not a stub's error."""
-    __tracebackhide__ = True
-    if error is None:
-        raise AssertionError(f"{what} succeeded, expected it to fail because a worker died")
-    if isinstance(error, _STUB_ERRORS):
-        raise AssertionError(f"{what} raised {error!r}: an unimplemented feature, not a failure from the death")
 
 
 def _call_error(executor: Any, what: str) -> BaseException | None:
@@ -77,7 +52,7 @@ def _expect_unhealthy(executor: Any, rank: int) -> None:
     error = raised_by(executor.check_health, DEATH_BOUND_S, f"check_health() after rank {rank} died")
     if error is None:
         raise AssertionError(f"check_health() returned after rank {rank} died, expected it to raise")
-    if isinstance(error, _STUB_ERRORS):
+    if isinstance(error, STUB_ERRORS):
         raise AssertionError(f"check_health() raised {error!r}: an unimplemented feature, not a health check")
 
 
@@ -103,7 +78,7 @@ class _Callbacks:
     def expect_all_ran(self, died: float, rank: int, how: str) -> None:
         """Every callback has run by ``DEATH_BOUND_S`` s after the death."""
         __tracebackhide__ = True
-        missing = [i + 1 for i, ran in enumerate(self._ran) if not ran.wait(_left(died))]
+        missing = [i + 1 for i, ran in enumerate(self._ran) if not ran.wait(left(died))]
         if missing:
             raise AssertionError(
                 f"failure callbacks {missing} of {len(self._ran)} did not run within "
@@ -122,18 +97,18 @@ class _Callbacks:
 def test_c8_a_worker_dying_mid_call_fails_pending_and_later_calls_and_runs_each_callback_once(executor: Any) -> None:
     callbacks = _Callbacks(executor)
     bounded(executor.check_health, DEATH_BOUND_S, "check_health() on a healthy executor")  # must not raise
-    rank, pid = _victim(executor)
+    rank, pid = victim(executor)
     pending = one_future(
         executor.collective_rpc(probes.sleep, args=(60.0,), non_block=True), "collective_rpc(non_block=True)"
     )
     time.sleep(0.3)  # the call is running on every rank
-    died = _kill(pid)
+    died = kill(pid)
     what = f"the call pending when rank {rank} (pid {pid}) was killed"
-    _expect_failure(error_of(pending, _left(died), f"{what}, due within {DEATH_BOUND_S:g} s"), what)
-    _expect_failure(_call_error(executor, "a call after the death"), f"a call after rank {rank} died")
+    expect_failure(error_of(pending, left(died), f"{what}, due within {DEATH_BOUND_S:g} s"), what)
+    expect_failure(_call_error(executor, "a call after the death"), f"a call after rank {rank} died")
     _expect_unhealthy(executor, rank)
     callbacks.expect_all_ran(died, rank, "a call was in flight")
-    _expect_failure(_call_error(executor, "a second call after the death"), f"a second call after rank {rank} died")
+    expect_failure(_call_error(executor, "a second call after the death"), f"a second call after rank {rank} died")
     bounded(executor.shutdown, 30, f"shutdown() after rank {rank} died")
     callbacks.expect_each_once()
 
@@ -141,11 +116,11 @@ def test_c8_a_worker_dying_mid_call_fails_pending_and_later_calls_and_runs_each_
 @pytest.mark.clause("C8")
 def test_c8_a_worker_dying_while_idle_runs_each_callback_once_with_no_call_made(executor: Any) -> None:
     callbacks = _Callbacks(executor)
-    rank, pid = _victim(executor)
-    died = _kill(pid)
+    rank, pid = victim(executor)
+    died = kill(pid)
     # Nothing is asked of the executor until the callbacks have run: it must notice the death itself.
     callbacks.expect_all_ran(died, rank, "the executor was idle, no call made")
-    _expect_failure(_call_error(executor, "a call after the death"), f"a call after rank {rank} died")
+    expect_failure(_call_error(executor, "a call after the death"), f"a call after rank {rank} died")
     _expect_unhealthy(executor, rank)
     bounded(executor.shutdown, 30, f"shutdown() after rank {rank} died")
     callbacks.expect_each_once()
@@ -159,36 +134,7 @@ def test_c8_a_rank_killed_inside_a_collective_fails_the_call_and_shutdown_stays_
     """The others wait in an all_reduce the victim never joins. gloo fails theirs
     once the victim dies (``error_out``); NCCL leaves them blocked for good
     (``stay_blocked``, modelled on the CPU): the call must fail either way."""
-    if world_size < 2:
-        not_applicable("one rank: there is no other rank to block in a collective")
-    rank, pid = _victim(executor)
-    markers = tmp_path / "in-collective"
-    markers.mkdir()
-    outcome: list[BaseException | None] = []
-
-    def call() -> None:
-        try:
-            executor.collective_rpc(
-                probes.all_reduce_without_rank, args=(rank, str(markers), survivors == "stay_blocked")
-            )
-            outcome.append(None)
-        except BaseException as exc:  # noqa: BLE001 - the outcome under test
-            outcome.append(exc)
-
-    caller = threading.Thread(target=call, name="harness-c8-collective", daemon=True)
-    caller.start()
-    arrived = wait_until(lambda: len(list(markers.iterdir())) == world_size or bool(outcome), 60)
-    reached = sorted(m.name for m in markers.iterdir())
-    assert arrived and not outcome, f"the ranks did not all reach the collective within 60 s (got {reached}, {outcome})"
-    time.sleep(0.5)  # the other ranks are now blocked inside the all_reduce
-    died = _kill(pid)
-    caller.join(_left(died))
-    assert not caller.is_alive(), (
-        f"the call whose collective rank {rank} (pid {pid}) left did not end within "
-        f"{DEATH_BOUND_S:g} s of the death (the other ranks: {survivors.replace('_', ' ')})"
-    )
-    _expect_failure(outcome[0], f"the call whose collective rank {rank} left")
-    bounded(executor.shutdown, 30, f"shutdown() after rank {rank} died inside a collective")
+    kill_a_rank_inside_a_collective(executor, world_size, tmp_path, survivors, "cpu")
 
 
 @pytest.mark.clause("C13")

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from harness import probes
+from harness.conformance import _work_in_flight
 from harness.conformance._checks import (
     bounded,
     expect_equal,
@@ -290,3 +291,27 @@ def test_c21_done_callback_runs_when_a_later_call_completes_it(executor: Any) ->
     result_of(fut, _WAIT_S, "the future")
     seen = callback.wait(1, 0)
     assert seen == [fut], f"the callback ran {len(seen)} times, expected once"
+
+
+# ---- with device work in flight (the GPU tier runs the same checks on CUDA) ----
+
+
+@pytest.mark.clause("C4")
+def test_c4_the_future_of_a_call_with_kernels_queued_resolves_to_their_values(
+    executor: Any, world_size: int, executor_config: Any
+) -> None:
+    _work_in_flight.check_one_future(executor, world_size, executor_config.device)
+
+
+@pytest.mark.clause("C5")
+def test_c5_futures_of_calls_with_kernels_queued_complete_in_order_with_their_values(
+    executor: Any, world_size: int, executor_config: Any
+) -> None:
+    _work_in_flight.check_order(executor, world_size, executor_config.device)
+
+
+@pytest.mark.clause("C21")
+def test_c21_a_callback_added_while_kernels_run_sees_their_values(
+    executor: Any, world_size: int, executor_config: Any
+) -> None:
+    _work_in_flight.check_callback(executor, world_size, executor_config.device)

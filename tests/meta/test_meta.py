@@ -24,6 +24,8 @@ CASES = [
     ("ignores_unique_rank", "C2", "c2_"),
     ("drops_kwargs", "C3", "c3_"),
     ("unordered_futures", "C5", "c5_a_later"),
+    ("unordered_futures", "C5", "c5_futures_of_calls_with_kernels"),
+    ("eager_callbacks", "C21", "c21_a_callback_added_while_kernels"),
     ("ignores_timeout", "C7", "c7_timeout_raises"),
     ("callbacks_twice", "C8", "c8_"),
     ("leaked_thread", "C10", "c10_"),

@@ -1,0 +1,143 @@
+"""What the machine's GPUs hold, read without initialising CUDA in this process.
+
+The GPU tier's fault checks (C8, C9) ask whether an executor's processes have
+let go of their GPUs and whether GPU memory came back to where it was. The
+pytest process must not initialise CUDA to find out (a process forked from one
+that did cannot use CUDA), so this reads NVML through ``nvidia-ml-py`` where it
+is installed, else ``nvidia-smi``'s CSV queries: both see every process on the
+GPU, not only this one's.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+__all__ = ["GpuState", "device_sharing", "gpu_states", "parse_smi", "release_problems"]
+
+#: GPU memory an executor may leave in use after shutdown() (another tenant's
+#: allocations on a shared GPU move too): less than one CUDA context (~500 MiB).
+SLACK_MIB = 256.0
+
+
+@dataclass(frozen=True)
+class GpuState:
+    index: int
+    uuid: str
+    used_mib: float
+    pids: frozenset[int]
+
+
+def gpu_states() -> list[GpuState]:
+    """Every GPU's memory in use and the processes computing on it; [] without GPUs or tools."""
+    try:
+        return _from_nvml()
+    except ImportError:
+        pass
+    except Exception:  # noqa: BLE001 - NVML present but failing: nvidia-smi may still answer
+        pass
+    return _from_smi()
+
+
+def _from_nvml() -> list[GpuState]:
+    import pynvml  # nvidia-ml-py
+
+    pynvml.nvmlInit()
+    try:
+        states = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            uuid = pynvml.nvmlDeviceGetUUID(handle)
+            used = pynvml.nvmlDeviceGetMemoryInfo(handle).used / 2**20
+            procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+            states.append(GpuState(i, str(uuid), float(used), frozenset(int(p.pid) for p in procs)))
+        return states
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _smi(query: str, fields: str) -> str:
+    out = subprocess.run(
+        ["nvidia-smi", f"--query-{query}={fields}", "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    return out.stdout if out.returncode == 0 else ""
+
+
+def _from_smi() -> list[GpuState]:
+    if shutil.which("nvidia-smi") is None:
+        return []
+    return parse_smi(_smi("gpu", "index,uuid,memory.used"), _smi("compute-apps", "gpu_uuid,pid"))
+
+
+def parse_smi(gpus_csv: str, apps_csv: str) -> list[GpuState]:
+    """``nvidia-smi --query-gpu=index,uuid,memory.used`` and ``--query-compute-apps=gpu_uuid,pid``
+    (``--format=csv,noheader,nounits``) as GpuStates."""
+    pids: dict[str, set[int]] = {}
+    for line in apps_csv.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 2 and parts[1].isdigit():
+            pids.setdefault(parts[0], set()).add(int(parts[1]))
+    states = []
+    for line in gpus_csv.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != 3 or not parts[0].isdigit():
+            continue
+        try:
+            used = float(parts[2])
+        except ValueError:
+            continue  # "[N/A]"
+        states.append(GpuState(int(parts[0]), parts[1], used, frozenset(pids.get(parts[1], ()))))
+    return states
+
+
+def release_problems(
+    before: list[GpuState], pids: Iterable[int], timeout_s: float = 10.0, slack_mib: float = SLACK_MIB
+) -> list[str]:
+    """What still holds the GPUs ``timeout_s`` after an executor's shutdown: any of
+    its processes ``pids`` computing on a GPU, and GPU memory in use above
+    ``before`` (taken before it started) by more than ``slack_mib``. Empty once
+    both are clear: polled, since a driver frees a dead process's memory a
+    little after the process is gone."""
+    ours = set(pids)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        problems = _problems(before, gpu_states(), ours, slack_mib)
+        if not problems or time.monotonic() >= deadline:
+            return problems
+        time.sleep(0.2)
+
+
+def _problems(before: list[GpuState], now: list[GpuState], ours: set[int], slack_mib: float) -> list[str]:
+    was = {g.uuid: g for g in before}
+    problems = []
+    for g in now:
+        held = sorted(g.pids & ours)
+        if held:
+            problems.append(f"pid {', '.join(map(str, held))} still computing on GPU {g.index} ({g.uuid})")
+        if g.uuid in was and g.used_mib > was[g.uuid].used_mib + slack_mib:
+            problems.append(
+                f"GPU {g.index} ({g.uuid}) uses {g.used_mib:.0f} MiB, {g.used_mib - was[g.uuid].used_mib:.0f} MiB "
+                f"more than before the executor started (allowed: {slack_mib:g} MiB)"
+            )
+    return problems
+
+
+def device_sharing(devices: list[tuple[int, str]]) -> list[str]:
+    """For (torch.cuda.current_device(), the device's UUID) per rank: each GPU that
+    more than one rank computes on, with the ranks; empty when every rank has its own."""
+    by_uuid: dict[str, list[int]] = {}
+    for rank, (_, uuid) in enumerate(devices):
+        by_uuid.setdefault(uuid, []).append(rank)
+    return [
+        f"ranks {', '.join(map(str, ranks))} all compute on GPU {uuid} "
+        f"(cuda:{', cuda:'.join(str(devices[r][0]) for r in ranks)} in their processes)"
+        for uuid, ranks in by_uuid.items()
+        if len(ranks) > 1
+    ]
