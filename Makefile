@@ -40,6 +40,8 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m harness bench
 
-## The GPU tier; GPUS=N demands N GPUs (missing ones fail instead of skipping).
+## The GPU tier; GPUS=N demands N GPUs (missing ones fail instead of skipping)
+## and runs the world sizes up to N: the powers of two below it, and N.
+GPU_WORLD_SIZES = $(shell n=$(GPUS); s=1; out=; while [ $$s -lt $$n ]; do out=$$out$$s,; s=$$((s * 2)); done; echo $$out$$n)
 gpu-test: $(STAMP)
-	$(BIN)/python -m pytest -m gpu $(if $(GPUS),--require-gpus $(GPUS))
+	$(BIN)/python -m pytest -m gpu $(if $(GPUS),--require-gpus $(GPUS) --world-size $(GPU_WORLD_SIZES))
