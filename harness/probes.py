@@ -72,6 +72,13 @@ def payload(worker: Any, data: bytes) -> tuple[int, int, bytes]:
     return int(worker.rank), len(data), data
 
 
+def payload_digest(worker: Any, data: bytes) -> tuple[int, int, str]:
+    """(rank, length, sha256 hex) of a large argument as it arrived."""
+    import hashlib
+
+    return int(worker.rank), len(data), hashlib.sha256(data).hexdigest()
+
+
 def make_payload(worker: Any, nbytes: int, seed: int) -> bytes:
     import random
 

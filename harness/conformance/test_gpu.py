@@ -115,8 +115,9 @@ def test_c15_the_cuda_group_runs_on_the_configs_dist_backend(cuda_executor: Any,
 @pytest.mark.clause("C17")
 def test_c17_large_payload_round_trips_with_cuda_workers(cuda_executor: Any, world_size: int) -> None:
     data = os.urandom(32 << 20)
-    _, length, back = cuda_executor.collective_rpc(probes.payload, args=(data,), unique_reply_rank=0)
-    assert length == len(data) and back == data, "the 32 MiB payload came back altered"
+    got = cuda_executor.collective_rpc(probes.payload, args=(data,))
+    for r, (rank, length, back) in enumerate(got):
+        assert rank == r and length == len(data) and back == data, f"entry {r}: the 32 MiB payload came back altered"
 
 
 @pytest.mark.clause("C16")

@@ -13,6 +13,7 @@ import pytest
 from harness import probes
 from harness.conformance import _work_in_flight
 from harness.conformance._checks import (
+    blocked_by,
     bounded,
     expect_equal,
     is_one_future,
@@ -126,7 +127,12 @@ def test_c4_non_block_returns_one_future_resolving_to_the_blocking_result(
 ) -> None:
     kw = {"unique_reply_rank": world_size - 1} if unique else {}
     tag = token()
-    blocking = executor.collective_rpc(probes.echo, args=(tag,), **kw)
+    try:
+        blocking = executor.collective_rpc(probes.echo, args=(tag,), **kw)
+    except Exception as exc:
+        if unique:  # the blocking call narrowed to one reply is C2's to judge
+            blocked_by("C2", f"the blocking collective_rpc(echo, unique_reply_rank={world_size - 1}) raised {exc!r}")
+        raise
     fut = executor.collective_rpc(probes.echo, args=(tag,), non_block=True, **kw)
     assert not isinstance(fut, (list, tuple)), f"got a {type(fut).__name__} of futures, expected one future"
     assert is_one_future(fut), f"got {type(fut).__name__}, expected a concurrent.futures.Future"

@@ -1229,3 +1229,18 @@ helper_listens_everywhere = HelperListensEverywhere
 helper_loose_shm = HelperLooseShm
 scrubbed_helper = ScrubbedHelper
 leaves_session_helper = LeavesSessionHelper
+
+
+class NoUniqueReplyRank(_Wrapper):
+    """C2 only: ``collective_rpc`` has no ``unique_reply_rank`` parameter (vLLM's
+    UniProcExecutor 0.32 has none): passing it is a TypeError. The checks of other
+    clauses that narrow a reply must read "blocked by C2" or pass, never FAIL."""
+
+    def collective_rpc(  # type: ignore[override]
+        self, method: Any, timeout: Any = None, args: Any = (), kwargs: Any = None, non_block: bool = False
+    ) -> Any:
+        return self.inner.collective_rpc(method, timeout, args, kwargs, non_block)
+
+
+def no_unique_reply_rank(config: ExecutorConfig) -> NoUniqueReplyRank:
+    return NoUniqueReplyRank(config)

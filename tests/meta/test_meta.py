@@ -339,3 +339,15 @@ def test_ranks_that_take_each_others_shards_fail_the_decoder_check_with_the_rank
     for rank in (0, 1):
         assert f"rank {rank}, logits: largest error" in notes[0], notes[0]
     assert "replay with --harness-seed 0" in notes[0], notes[0]
+
+
+@pytest.mark.timeout(600)
+def test_a_backend_without_unique_reply_rank_fails_c2_alone(tmp_path: Path) -> None:
+    code, report = conform("tests.meta.broken:no_unique_reply_rank", "c2_ or c4_non_block or c17_", tmp_path)
+    assert "FAIL" in _cell_outcomes(report, "C2").values(), f"C2 is {_cell_outcomes(report, 'C2')}, expected FAIL"
+    for clause in ("C4", "C17"):
+        verdicts = _verdicts(report, clause)
+        assert verdicts and set(verdicts.values()) <= {"pass", "blocked by C2"}, (
+            f"{clause}: {verdicts} for a backend whose only gap is C2's unique_reply_rank, expected pass or blocked"
+        )
+    assert code != 0
