@@ -20,7 +20,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import psutil
@@ -31,6 +31,7 @@ __all__ = [
     "baseline",
     "describe",
     "diff",
+    "lasting_leaks",
     "listening_sockets",
     "mapped_outside",
     "new_tag",
@@ -320,3 +321,22 @@ def wait_clean(before: Snapshot, timeout: float = 5.0, fd_slack: int | None = 0)
         if not problems or time.monotonic() >= deadline:
             return problems
         time.sleep(0.1)
+
+
+def lasting_leaks(
+    before: Snapshot, start_and_stop: Callable[[], object], timeout: float = 10.0
+) -> tuple[list[str], list[str]]:
+    """What was left since ``before`` (descriptors aside), and what of it is the executor's own.
+
+    What a backend's first start in a process leaves for good (a library's
+    monitor thread, a runtime's connection) is told apart from a leak the way
+    C10 does it: where something is left, ``start_and_stop()`` starts and shuts
+    down a second executor, which must leave nothing more. Returns (what the
+    first left, what the second left): the second list empty means the first's
+    leftovers are the process's, not a leak."""
+    problems = wait_clean(before, timeout=timeout, fd_slack=None)
+    if not problems:
+        return [], []
+    first_start = baseline()
+    start_and_stop()
+    return problems, wait_clean(first_start, timeout=timeout, fd_slack=None)

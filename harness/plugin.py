@@ -277,16 +277,12 @@ def executor(
             request.node.user_properties.append(("harness_leak", LEAK_CLAUSE))
             raise
     # Processes, threads, shared memory, sockets; descriptors are C10's to judge.
-    problems = leaks.wait_clean(before, timeout=10.0, fd_slack=None)
-    if problems:
-        first_start = leaks.baseline()
-        backend.factory(executor_config).shutdown()
-        again = leaks.wait_clean(first_start, timeout=10.0, fd_slack=None)
-        if not again:
-            request.node.user_properties.append(
-                ("harness_note", "left for good by the backend's first start (not a leak): " + "; ".join(problems))
-            )
-            return
+    problems, again = leaks.lasting_leaks(before, lambda: backend.factory(executor_config).shutdown())
+    if problems and not again:
+        request.node.user_properties.append(
+            ("harness_note", "left for good by the backend's first start (not a leak): " + "; ".join(problems))
+        )
+    elif again:
         request.node.user_properties.append(("harness_leak", LEAK_CLAUSE))
         pytest.fail(f"{backend.name}: the executor leaked after shutdown: " + "; ".join(again), pytrace=False)
 

@@ -1244,3 +1244,26 @@ class NoUniqueReplyRank(_Wrapper):
 
 def no_unique_reply_rank(config: ExecutorConfig) -> NoUniqueReplyRank:
     return NoUniqueReplyRank(config)
+
+
+_MONITOR: list[threading.Thread] = []
+
+
+def _monitor_forever() -> None:
+    threading.Event().wait()
+
+
+class ProcessWideMonitor(_Wrapper):
+    """Conformant (C9, C11, C18): the first executor in a process starts one monitor
+    thread that stays for the life of the process and serves every later executor,
+    as a library's progress-bar monitor does (vLLM's tqdm_monitor): no executor's leak."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        if not _MONITOR:
+            _MONITOR.append(threading.Thread(target=_monitor_forever, name="process-monitor", daemon=True))
+            _MONITOR[0].start()
+
+
+def process_wide_monitor(config: ExecutorConfig) -> ProcessWideMonitor:
+    return ProcessWideMonitor(config)

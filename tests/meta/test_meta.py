@@ -182,6 +182,7 @@ PASSES = [
     ("names_its_own_parameter", ("C20",), "c20_world_size"),
     ("thread_completed_futures", ("C21",), "c21_"),
     ("frozen_workers", ("C2", "C3"), "c2_ or c3_"),
+    ("process_wide_monitor", ("C9", "C11", "C18"), "c9_shutdown_of_an_idle or c11_ or c18_"),
 ]
 
 
