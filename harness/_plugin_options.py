@@ -101,6 +101,7 @@ class Options:
     #: method then runs at every world size, its others at one (see world_sizes_of).
     start_methods_explicit: bool = True
     seed: int = 0  # of the tensor-parallel checks' random weights and inputs
+    expected_failures: tuple[str, str] | None = None  # (path, where it came from)
 
     def world_sizes_of(
         self, backend: str, start_method: str | None = None, loaded: LoadedBackend | None = None
@@ -139,6 +140,10 @@ HELP_SEED = (
     "the seed of the tensor-parallel checks' weights and inputs (default 0); a failure prints it, "
     "so the same run replays"
 )
+HELP_EXPECTED = (
+    "a file of known failures ('<test id pattern>  <clause>: <reason>' per line), run as strict xfails "
+    "for every backend; a backend may name its own (its factory's expected_failures)"
+)
 HELP_CLAUSE = "only the tests of these clauses, by exact id, comma-separated (e.g. C1,C4)"
 
 #: (option, its short form where no other plugin or conftest has it, dest, help)
@@ -153,6 +158,7 @@ _OPTIONS = (
     ("--harness-jobs", "--jobs", "harness_jobs", HELP_JOBS),
     ("--harness-require-gpus", "--require-gpus", "harness_require_gpus", HELP_REQUIRE_GPUS),
     ("--harness-seed", "--seed", "harness_seed", HELP_SEED),
+    ("--harness-expected-failures", "--expected-failures", "harness_expected_failures", HELP_EXPECTED),
     ("--harness-report-json", "--report-json", "harness_report_json", "write the clause matrix as JSON to this path"),
     ("--harness-report-md", "--report-md", "harness_report_md", "write the clause matrix as Markdown to this path"),
 )
@@ -278,7 +284,13 @@ def parse_options(config: pytest.Config) -> Options:
         jobs=jobs,
         start_methods_explicit=sm_where != "the default",
         seed=int(seed_text),
+        expected_failures=_expected_failures(config),
     )
+
+
+def _expected_failures(config: pytest.Config) -> tuple[str, str] | None:
+    path, where = _setting(config, "harness_expected_failures", "HARNESS_EXPECTED_FAILURES", "", "")
+    return (path, where) if path else None
 
 
 _AUTO_JOBS_MAX = 8

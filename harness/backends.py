@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
+import os
 import sys
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
@@ -81,6 +82,10 @@ class LoadedBackend:
     world_sizes: tuple[int, ...] | None = None
     start_methods: tuple[str, ...] | None = None
     session: Callable[[], AbstractContextManager[Mapping[str, str]]] | None = None
+    #: A file of its known failures (``harness._expected``), and the version of the
+    #: software under test it is installed with, for the report.
+    expected_failures: str | None = None
+    version: str | None = None
 
     def declared(self, clause: str) -> str | None:
         """The declared reason ``clause`` is not supported (by its id, or by the
@@ -198,4 +203,19 @@ def load_backend(
     session = getattr(factory, "session", None)
     if session is not None and not callable(session):
         raise TypeError(f"backend {spec!r}: 'session' must be a callable returning a context manager, got {session!r}")
-    return LoadedBackend(spec, cast(Backend, factory), unsupported, world_sizes, start_methods, session)
+    expected = getattr(factory, "expected_failures", None)
+    if expected is not None and not isinstance(expected, (str, os.PathLike)):
+        raise TypeError(f"backend {spec!r}: 'expected_failures' must be a file path, got {expected!r}")
+    version = getattr(factory, "version", None)
+    if callable(version):
+        version = version()
+    return LoadedBackend(
+        spec,
+        cast(Backend, factory),
+        unsupported,
+        world_sizes,
+        start_methods,
+        session,
+        os.fspath(expected) if expected is not None else None,
+        str(version) if version is not None else None,
+    )

@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 
+from harness._expected import mark_known_failures
 from harness._isolation import IsolatedTest, prepare_parent, run_isolated, skipped_report, timeout_of
 from harness._outcomes import LEAK_CLAUSE, MatrixCollector, tag_item
 from harness._parallel import EXCLUSIVE_MARKER, ISOLATED_MARKER, run_side_by_side
@@ -317,6 +318,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = keep
+    for name, known in mark_known_failures(items, opts.expected_failures).items():
+        loaded = opts.loaded.get(name)
+        installed = getattr(loaded, "version", None)
+        collector.matrix.settings[f"known failures of {name}"] = (
+            f"{known.path} ({len(known.entries)} entries"
+            + (f", recorded with {known.version}" if known.version else "")
+            + (f"; installed: {installed}" if installed else "")
+            + ")"
+        )
     found: int | None = None
     missing_ray = not module_installed("ray")
     for item in items:

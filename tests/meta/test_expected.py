@@ -1,0 +1,91 @@
+"""Known failures as strict xfails: a listed failure keeps the run green and the
+clause FAIL; a listed test that passes fails the run; a new failure fails it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.meta.test_meta import ROOT, START_METHOD
+
+pytestmark = [pytest.mark.isolated, pytest.mark.timeout(600)]
+
+LIST = """\
+# Known failures of tests.meta.broken:drops_kwargs
+# version: broken 1.0
+test_c3_args_and_kwargs_reach_a_*[tests.meta.broken:drops_kwargs-*]  C3: kwargs never reach the worker
+"""
+
+
+def _conform(backend: str, tmp_path: Path, listing: str, k: str = "c3_") -> tuple[int, dict[str, object], str]:
+    known = tmp_path / "known.txt"
+    known.write_text(listing)
+    report = tmp_path / "report.json"
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-m", "harness", "conform", "--backend", backend, "--world-size", "2"),
+            *("--start-method", START_METHOD, "-k", k, "-m", "not gpu", "--expected-failures", str(known)),
+            *("--report-json", str(report), "--timeout", "120"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    output = proc.stdout + proc.stderr
+    data = json.loads(report.read_text()) if report.exists() else {}
+    return proc.returncode, data, output
+
+
+def _tests(report: dict[str, object], clause: str) -> list[dict[str, str]]:
+    cells = report["clauses"][clause]  # type: ignore[index]
+    return [t for cell in cells.values() for t in cell["tests"]]
+
+
+def test_a_listed_failure_keeps_the_run_green_and_the_clause_failing(tmp_path: Path) -> None:
+    code, report, output = _conform("tests.meta.broken:drops_kwargs", tmp_path, LIST)
+    assert code == 0, f"the run failed with its failures listed:\n{output[-3000:]}"
+    tests = _tests(report, "C3")
+    assert tests and all(t["outcome"] == "FAIL" for t in tests), tests
+    assert all(t["note"].startswith("known failure, known.txt:3 (recorded with broken 1.0): kwargs") for t in tests)
+    assert "known failures of tests.meta.broken:drops_kwargs" in output
+
+
+def test_a_listed_test_that_passes_fails_the_run_and_reads_as_an_unexpected_pass(tmp_path: Path) -> None:
+    listing = LIST.replace("[tests.meta.broken:drops_kwargs-*]", "[*]")  # now matches mp's tests too, which pass
+    code, report, output = _conform("mp", tmp_path, listing)
+    assert code != 0, f"an unexpected pass left the run green:\n{output[-3000:]}"
+    tests = _tests(report, "C3")
+    assert tests and all(t["outcome"] == "pass" and "UNEXPECTED PASS" in t["note"] for t in tests), tests
+    assert "XPASS(strict)" in output
+
+
+def test_a_failure_not_listed_still_fails_the_run(tmp_path: Path) -> None:
+    listing = LIST.replace("reach_a_*[", "reach_a_callable_unchanged[")  # the string-method test is not listed
+    code, report, output = _conform("tests.meta.broken:drops_kwargs", tmp_path, listing)
+    assert code != 0, f"an unlisted failure left the run green:\n{output[-3000:]}"
+    outcomes = {t["test"].split("[")[0]: t["outcome"] for t in _tests(report, "C3")}
+    assert set(outcomes.values()) == {"FAIL"}, outcomes
+
+
+@pytest.mark.parametrize(
+    ("listing", "message"),
+    [
+        (
+            "test_c3_*  kwargs are lost\n",
+            "known.txt:1: 'test_c3_*  kwargs are lost' is not '<test id pattern>  <clause>: <reason>'",
+        ),
+        ("test_c3_*  C99: no such clause\n", "known.txt:1: unknown clause 'C99'"),
+        ("# header\ntest_c3_*  C4: the wrong clause\n", "known.txt:2: 'test_c3_*' matches test_c3_args"),
+    ],
+    ids=["no-clause", "unknown-clause", "wrong-clause"],
+)
+def test_a_bad_list_is_a_usage_error_naming_the_line(tmp_path: Path, listing: str, message: str) -> None:
+    code, _, output = _conform("mp", tmp_path, listing)
+    assert code == 4, f"exit {code}, expected pytest's usage error (4):\n{output[-3000:]}"
+    assert message in output, output[-3000:]
