@@ -504,3 +504,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         terminalreporter.write_line(f"{key}: {value}")
     terminalreporter.write_line("")
     terminalreporter.write_line(matrix.render_terminal())
+    for failure in config.stash[collector_key].unlisted_failures:
+        terminalreporter.write_line(
+            f"FAILED (not on the known-failures list; pytest counted it as expected): {failure}"
+        )

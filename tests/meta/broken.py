@@ -1267,3 +1267,16 @@ class ProcessWideMonitor(_Wrapper):
 
 def process_wide_monitor(config: ExecutorConfig) -> ProcessWideMonitor:
     return ProcessWideMonitor(config)
+
+
+class DropsKwargsAndLeaksAThread(DropsKwargs):
+    """C3 (listed as a known failure in tests/meta/test_expected.py) and C9: every
+    executor also leaves a thread behind, which the leak check finds after the test."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        threading.Thread(target=threading.Event().wait, name="leaked", daemon=True).start()
+
+
+def drops_kwargs_and_leaks_a_thread(config: ExecutorConfig) -> DropsKwargsAndLeaksAThread:
+    return DropsKwargsAndLeaksAThread(config)

@@ -89,3 +89,14 @@ def test_a_bad_list_is_a_usage_error_naming_the_line(tmp_path: Path, listing: st
     code, _, output = _conform("mp", tmp_path, listing)
     assert code == 4, f"exit {code}, expected pytest's usage error (4):\n{output[-3000:]}"
     assert message in output, output[-3000:]
+
+
+def test_a_leak_found_after_a_listed_test_is_c9s_failure_and_fails_the_run(tmp_path: Path) -> None:
+    # pytest reads the leak check's failure after the test as the listed test's expected failure.
+    listing = LIST.replace("drops_kwargs-*]", "drops_kwargs_and_leaks_a_thread-*]")
+    code, report, output = _conform("tests.meta.broken:drops_kwargs_and_leaks_a_thread", tmp_path, listing)
+    assert code != 0, f"a leak after a listed test left the run green:\n{output[-3000:]}"
+    c9 = [t for t in _tests(report, "C9") if t["outcome"] == "FAIL"]
+    assert c9 and "found after the test" in c9[0]["note"] and "leaked" in c9[0]["note"], _tests(report, "C9")
+    assert all(t["outcome"] == "FAIL" and t["note"].startswith("known failure") for t in _tests(report, "C3"))
+    assert "not on the known-failures list" in output
