@@ -156,6 +156,7 @@ def test_c21_a_callback_added_while_cuda_kernels_run_sees_their_values(cuda_exec
     _work_in_flight.check_callback(cuda_executor, world_size, "cuda")
 
 
+@pytest.mark.exclusive  # GPU memory is compared with before: no other test may allocate meanwhile
 @pytest.mark.clause("C8")
 def test_c8_a_rank_killed_inside_an_nccl_all_reduce_fails_the_call(
     backend: Any, world_size: int, start_method: str, tmp_path: Path, gpus_freed: set[int]
@@ -172,6 +173,7 @@ def test_c8_a_rank_killed_inside_an_nccl_all_reduce_fails_the_call(
         bounded(ex.shutdown, 30, "shutdown()")
 
 
+@pytest.mark.exclusive  # GPU memory is compared with before: no other test may allocate meanwhile
 @pytest.mark.clause("C8")
 def test_c8_a_rank_killed_with_cuda_kernels_queued_fails_the_call(
     backend: Any, world_size: int, start_method: str, gpus_freed: set[int]
@@ -195,6 +197,7 @@ def test_c8_a_rank_killed_with_cuda_kernels_queued_fails_the_call(
         bounded(ex.shutdown, 30, "shutdown()")
 
 
+@pytest.mark.exclusive  # GPU memory is compared with before: no other test may allocate meanwhile
 @pytest.mark.clause("C9")
 def test_c9_shutdown_frees_every_gpu_the_executor_used(
     backend: Any, world_size: int, start_method: str, gpus_freed: set[int]
