@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from harness._expected import mark_known_failures
+from harness._expected import leak_key, mark_known_failures
 from harness._isolation import IsolatedTest, prepare_parent, run_isolated, skipped_report, timeout_of
 from harness._outcomes import LEAK_CLAUSE, MatrixCollector, tag_item
 from harness._parallel import EXCLUSIVE_MARKER, ISOLATED_MARKER, run_side_by_side
@@ -279,10 +279,17 @@ def executor(
             raise
     # Processes, threads, shared memory, sockets; descriptors are C10's to judge.
     problems, again = leaks.lasting_leaks(before, lambda: backend.factory(executor_config).shutdown())
+    listed = request.node.stash.get(leak_key, None)
     if problems and not again:
         request.node.user_properties.append(
             ("harness_note", "left for good by the backend's first start (not a leak): " + "; ".join(problems))
         )
+    elif again and listed is not None:
+        known, entry = listed
+        request.node.user_properties += [
+            ("harness_known_leak", f"{known.reason(entry)}; found: {'; '.join(again)}"),
+            ("harness_known_leak_where", entry.where),
+        ]
     elif again:
         request.node.user_properties.append(("harness_leak", LEAK_CLAUSE))
         pytest.fail(f"{backend.name}: the executor leaked after shutdown: " + "; ".join(again), pytrace=False)
@@ -318,7 +325,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = keep
-    for name, known in mark_known_failures(items, opts.expected_failures).items():
+    lists = mark_known_failures(items, opts.expected_failures)
+    collector.leak_entries = {
+        entry.where for i in items if (listed := i.stash.get(leak_key, None)) is not None for entry in [listed[1]]
+    }
+    for name, known in lists.items():
         loaded = opts.loaded.get(name)
         installed = getattr(loaded, "version", None)
         collector.matrix.settings[f"known failures of {name}"] = (
@@ -504,7 +515,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         terminalreporter.write_line(f"{key}: {value}")
     terminalreporter.write_line("")
     terminalreporter.write_line(matrix.render_terminal())
-    for failure in config.stash[collector_key].unlisted_failures:
+    collector = config.stash[collector_key]
+    for failure in collector.unlisted_failures:
         terminalreporter.write_line(
             f"FAILED (not on the known-failures list; pytest counted it as expected): {failure}"
         )
+    for where in sorted(collector.leak_entries - collector.known_leaks):
+        terminalreporter.write_line(f"listed leak not met by any test of this run (fixed? or timing): {where}")

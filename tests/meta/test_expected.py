@@ -100,3 +100,23 @@ def test_a_leak_found_after_a_listed_test_is_c9s_failure_and_fails_the_run(tmp_p
     assert c9 and "found after the test" in c9[0]["note"] and "leaked" in c9[0]["note"], _tests(report, "C9")
     assert all(t["outcome"] == "FAIL" and t["note"].startswith("known failure") for t in _tests(report, "C3"))
     assert "not on the known-failures list" in output
+
+
+LEAKS = """\
+test_c3_args_and_kwargs_reach_a_*[tests.meta.broken:drops_kwargs*-*]  C3: kwargs never reach the worker
+test_c3_*[tests.meta.broken:drops_kwargs*-*]  C9: every executor leaves a thread behind
+"""
+
+
+def test_a_listed_leak_after_tests_of_other_clauses_fails_c9_and_keeps_the_run_green(tmp_path: Path) -> None:
+    code, report, output = _conform("tests.meta.broken:drops_kwargs_and_leaks_a_thread", tmp_path, LEAKS)
+    assert code == 0, f"the run failed with its leak listed:\n{output[-3000:]}"
+    c9 = [t for t in _tests(report, "C9") if t["outcome"] == "FAIL"]
+    assert c9 and all("known failure, known.txt:2" in t["note"] and "leaked" in t["note"] for t in c9), c9
+    assert "listed leak not met" not in output
+
+
+def test_a_listed_leak_no_test_met_is_named_without_failing_the_run(tmp_path: Path) -> None:
+    code, _, output = _conform("tests.meta.broken:drops_kwargs", tmp_path, LEAKS)
+    assert code == 0, output[-3000:]
+    assert "listed leak not met by any test of this run (fixed? or timing): known.txt:2" in output
