@@ -120,3 +120,37 @@ def test_a_listed_leak_no_test_met_is_named_without_failing_the_run(tmp_path: Pa
     code, _, output = _conform("tests.meta.broken:drops_kwargs", tmp_path, LEAKS)
     assert code == 0, output[-3000:]
     assert "listed leak not met by any test of this run (fixed? or timing): known.txt:2" in output
+
+
+def test_a_listed_test_killed_at_the_timeout_is_its_known_failure(tmp_path: Path) -> None:
+    # The check's call runs 3 s, longer than the 1 s allowed here: the kill is the listed failure (a hang).
+    listing = "test_c4_a_wait_with_timeout_on_a_pending_future_*[*]  C4: hangs\n"
+    known = tmp_path / "known.txt"
+    known.write_text(listing)
+    report = tmp_path / "report.json"
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-m", "harness", "conform", "--backend", "mp", "--world-size", "2"),
+            *(
+                "--start-method",
+                START_METHOD,
+                "-k",
+                "c4_a_wait and result",
+                "-m",
+                "not gpu",
+                "--expected-failures",
+                str(known),
+            ),
+            *("--report-json", str(report), "--timeout", "1"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"a listed test killed at the timeout failed the run:\n{output[-3000:]}"
+    tests = [t for t in _tests(json.loads(report.read_text()), "C4") if t["note"] != "filtered out"]
+    assert tests and all(t["outcome"] == "FAIL" and t["note"].startswith("known failure") for t in tests), tests
+    assert "2 xfailed" in output
