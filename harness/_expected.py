@@ -11,9 +11,10 @@ a known failure is a failure, never declared away. Format, one per line::
 
 The pattern is matched against the test's id (its name and parameters, e.g.
 ``test_c2_unique_reply_rank_returns_that_rank_alone[vllm-uni-*]``) with ``*``
-and ``?`` as wildcards; the clause must be one the test checks, except C9 on a
-test of other clauses: that entry covers the leak check after the test (a leak
-the executor fixture finds), and it is not strict (see ``ExpectedFailures.leak``). The file comes from the
+and ``?`` as wildcards; the clause must be one the test checks. A line whose
+clause reads ``C9 (after the test)`` covers instead the leak check after each
+matching test (a leak the executor fixture finds), and it is not strict (see
+``ExpectedFailures.leak``). The file comes from the
 backend factory's ``expected_failures`` attribute, or ``--harness-expected-failures``.
 """
 
@@ -35,7 +36,7 @@ KNOWN_FAILURE = "known failure"
 #: Where a test's leak entry is kept for the executor fixture: (the list, the entry).
 leak_key = pytest.StashKey[tuple["ExpectedFailures", "Expected"]]()
 
-_LINE = re.compile(r"^(?P<pattern>\S+)\s+(?P<clause>C\d+):\s*(?P<reason>\S.*)$")
+_LINE = re.compile(r"^(?P<pattern>\S+)\s+(?P<clause>C\d+)(?P<after> \(after the test\))?:\s*(?P<reason>\S.*)$")
 _VERSION = re.compile(r"^#\s*version:\s*(?P<version>\S.*?)\s*$")
 
 
@@ -50,6 +51,7 @@ class Expected:
     clause: str
     reason: str
     where: str  # "file:line"
+    after: bool = False  # "C9 (after the test)": the leak check after each matching test
 
 
 @dataclass(frozen=True)
@@ -59,31 +61,27 @@ class ExpectedFailures:
     entries: tuple[Expected, ...]
 
     def match(self, test_id: str, clauses: list[str]) -> Expected | None:
-        """The entry for this test's own failure, or None. A C9 entry on a test of
-        other clauses is a leak entry (``leak``), not this; any other entry that
-        matches a test of other clauses is a usage error naming the line: a
-        mislabelled list would file a failure under the wrong clause."""
+        """The entry for this test's own failure, or None. An entry that matches
+        a test of other clauses is a usage error naming the line: a mislabelled
+        list would file a failure under the wrong clause."""
         for entry in self.entries:
-            if _wildcard(entry.pattern).fullmatch(test_id):
-                if entry.clause in clauses:
-                    return entry
-                if entry.clause != LEAK_CLAUSE:
+            if not entry.after and _wildcard(entry.pattern).fullmatch(test_id):
+                if entry.clause not in clauses:
                     raise pytest.UsageError(
                         f"{entry.where}: {entry.pattern!r} matches {test_id}, which checks "
                         f"{', '.join(clauses) or 'no clause'}, not {entry.clause}"
                     )
+                return entry
         return None
 
-    def leak(self, test_id: str, clauses: list[str]) -> Expected | None:
-        """The C9 entry for the leak check after this test (one of other clauses), or None.
+    def leak(self, test_id: str) -> Expected | None:
+        """The "C9 (after the test)" entry for the leak check after this test, or None.
 
         A leak comes and goes with timing (a worker killed before it unlinks its
         segment), so such an entry is not strict: the report names each one no
         test of the run met, rather than failing the run."""
-        if LEAK_CLAUSE in clauses:
-            return None
         for entry in self.entries:
-            if entry.clause == LEAK_CLAUSE and _wildcard(entry.pattern).fullmatch(test_id):
+            if entry.after and _wildcard(entry.pattern).fullmatch(test_id):
                 return entry
         return None
 
@@ -117,7 +115,12 @@ def load_expected(path: str | Path, where: str) -> ExpectedFailures:
             )
         if m["clause"] not in CLAUSES:
             raise pytest.UsageError(f"{p}:{number}: unknown clause {m['clause']!r} (from {where})")
-        entries.append(Expected(m["pattern"], m["clause"], m["reason"], f"{p.name}:{number}"))
+        if m["after"] and m["clause"] != LEAK_CLAUSE:
+            raise pytest.UsageError(
+                f"{p}:{number}: '(after the test)' is for {LEAK_CLAUSE}, the leak check after a test, "
+                f"not {m['clause']} (from {where})"
+            )
+        entries.append(Expected(m["pattern"], m["clause"], m["reason"], f"{p.name}:{number}", bool(m["after"])))
     return ExpectedFailures(str(p), version, tuple(entries))
 
 
@@ -145,7 +148,7 @@ def mark_known_failures(items: list[pytest.Item], option: tuple[str, str] | None
         entry = known.match(item.name, clauses_of(item))
         if entry is not None:
             item.add_marker(pytest.mark.xfail(strict=True, reason=known.reason(entry)))
-        leak = known.leak(item.name, clauses_of(item))
+        leak = known.leak(item.name)
         if leak is not None:
             item.stash[leak_key] = (known, leak)
     return lists

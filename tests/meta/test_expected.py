@@ -104,7 +104,7 @@ def test_a_leak_found_after_a_listed_test_is_c9s_failure_and_fails_the_run(tmp_p
 
 LEAKS = """\
 test_c3_args_and_kwargs_reach_a_*[tests.meta.broken:drops_kwargs*-*]  C3: kwargs never reach the worker
-test_c3_*[tests.meta.broken:drops_kwargs*-*]  C9: every executor leaves a thread behind
+test_c3_*[tests.meta.broken:drops_kwargs*-*]  C9 (after the test): every executor leaves a thread behind
 """
 
 

