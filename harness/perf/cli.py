@@ -17,12 +17,14 @@ written), 1 when the gate metric of a comparison is, 2 on bad input.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness.perf._extra import missing
 from harness.perf.workloads import WORKLOADS, Samples, Workload, workload
 
 __all__ = ["add_arguments", "run"]
@@ -99,6 +101,12 @@ def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         )
     if args.compare and args.update_baseline:
         parser.error("--update-baseline records one backend's run; it does not go with --compare")
+    # Checked before the first round: an A/B run measures for minutes, then compares.
+    needs = [("scipy", "--compare")] if args.compare else []
+    needs += [("matplotlib", "--plot")] if args.plot else []
+    for module, option in needs:
+        if importlib.util.find_spec(module) is None:
+            parser.error(f"argument {option}: {missing(module, option).args[0]}")
     if args.plot and not Path(args.plot).resolve().parent.is_dir():
         parser.error(f"argument --plot: cannot write {args.plot!r}: its folder does not exist")
 

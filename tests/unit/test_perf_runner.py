@@ -116,6 +116,34 @@ def test_bench_refuses_bad_input_before_starting_anything(
     assert named in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("missing_module", "argv", "named"),
+    [
+        ("scipy", ["--compare", "mp", "mp"], "argument --compare: --compare needs scipy, which is not installed"),
+        ("matplotlib", ["--workload", "round-trip", "--plot", "x.png"], "argument --plot: --plot needs matplotlib"),
+    ],
+)
+def test_a_missing_extra_is_refused_before_the_first_round_with_the_install_command(
+    missing_module: str,
+    argv: list[str],
+    named: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An A/B run measures for minutes before it compares: a missing scipy must not cost them.
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == missing_module else real(name, *a)
+    )
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", *argv])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert named in err and "pip install 'executor-harness[perf]'" in err
+
+
 # ---- A/B runs: fresh executors each round, judged on the rounds' medians ----
 
 CREATED: list[tuple[str, int]] = []
