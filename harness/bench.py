@@ -27,6 +27,7 @@ from multiprocessing import shared_memory
 from typing import Any
 
 from harness import probes
+from harness._environ import environ
 from harness.backends import load_backend
 from harness.perf.runner import parse_side
 from harness.perf.workloads import time_calls
@@ -201,20 +202,11 @@ def measure_backend(backend: str, world_size: int, iters: int, warmup: int) -> L
         ex.shutdown()
     result.startup_s, result.shutdown_s = startup, time.perf_counter() - t1
     if loaded.session is not None:
-        with loaded.session() as env:
-            saved = {key: os.environ.get(key) for key in env}
-            os.environ.update(env)
-            try:
-                t0 = time.perf_counter()
-                with loaded.factory(side.config(world_size)) as ex:
-                    ex.collective_rpc(probes.noop)
-                    result.session_startup_s = time.perf_counter() - t0
-            finally:
-                for key, value in saved.items():
-                    if value is None:
-                        os.environ.pop(key, None)
-                    else:
-                        os.environ[key] = value
+        with loaded.session() as env, environ(env):
+            t0 = time.perf_counter()
+            with loaded.factory(side.config(world_size)) as ex:
+                ex.collective_rpc(probes.noop)
+                result.session_startup_s = time.perf_counter() - t0
     return result
 
 

@@ -44,6 +44,7 @@ import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from harness._environ import set_environ
 from harness.contract import (
     ExecutorConfig,
     ExecutorShutdownError,
@@ -140,7 +141,7 @@ class _Runtime:
                         # the token from the environment (nothing in ~/.ray/).
                         driver_env = self.cluster.driver_env()
                         del driver_env["RAY_ADDRESS"]
-                        self._saved_env = _set_env(driver_env)
+                        self._saved_env = set_environ(driver_env)
                         _reload_auth()
                         ray.init(
                             address="auto",
@@ -168,23 +169,12 @@ class _Runtime:
     def _disconnected(self) -> None:
         """Put back the environment the local cluster's settings replaced, then stop it."""
         if self._saved_env:
-            _set_env(self._saved_env)
+            set_environ(self._saved_env)
             self._saved_env = {}
             _reload_auth()
         if self.cluster is not None:
             self.cluster.stop()
             self.cluster = None
-
-
-def _set_env(values: Mapping[str, str | None]) -> dict[str, str | None]:
-    """Set (or, for ``None``, remove) variables; returns what they were."""
-    before = {key: os.environ.get(key) for key in values}
-    for key, value in values.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-    return before
 
 
 def _reload_auth() -> None:

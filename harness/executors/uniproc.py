@@ -20,6 +20,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from harness._environ import environ
 from harness.contract import (
     ExecutorConfig,
     ExecutorShutdownError,
@@ -65,37 +66,30 @@ class UniprocExecutor:
         self._finalizer = weakref.finalize(self, self._res.close)
         self._lock = threading.Lock()
         self._call_id = 0
-        saved = {k: os.environ.get(k) for k in config.env}
-        os.environ.update(config.env)
-        try:
-            import torch.distributed as dist
+        with environ(config.env):
+            try:
+                import torch.distributed as dist
 
-            if dist.is_initialized():
-                raise WorkerInitError(
-                    "rank 0: the caller's process already has a default process group; "
-                    "the 'uni' backend needs its own (shut the other executor down first)"
+                if dist.is_initialized():
+                    raise WorkerInitError(
+                        "rank 0: the caller's process already has a default process group; "
+                        "the 'uni' backend needs its own (shut the other executor down first)"
+                    )
+                init_distributed(
+                    0,
+                    1,
+                    config.device,
+                    config.dist_backend,
+                    os.path.join(self._res.tmpdir, "store"),
+                    config.init_timeout_s,
                 )
-            init_distributed(
-                0,
-                1,
-                config.device,
-                config.dist_backend,
-                os.path.join(self._res.tmpdir, "store"),
-                config.init_timeout_s,
-            )
-            self._res.owns_group = True
-        except WorkerInitError:
-            self._finalizer()
-            raise
-        except BaseException as exc:
-            self._finalizer()
-            raise WorkerInitError(f"rank 0: worker failed to start: {exc}") from exc
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+                self._res.owns_group = True
+            except WorkerInitError:
+                self._finalizer()
+                raise
+            except BaseException as exc:
+                self._finalizer()
+                raise WorkerInitError(f"rank 0: worker failed to start: {exc}") from exc
         self._worker = Worker(0, 1, config.device)
 
     def collective_rpc(

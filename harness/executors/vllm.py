@@ -23,14 +23,13 @@ per rank, callables allowed through ``collective_rpc``, no hub access.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from harness._environ import environ
 from harness.contract import ExecutorConfig
 
 # ImportError here makes the backends "not run" with the install hint (harness.backends).
@@ -85,21 +84,6 @@ def _cpu_bind(world_size: int) -> str:
     """One core per rank, round robin over this process's cores ("0|1" for two ranks)."""
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
     return "|".join(str(cores[r % len(cores)]) for r in range(world_size))
-
-
-@contextlib.contextmanager
-def _environ(extra: Mapping[str, str]) -> Iterator[None]:
-    """``extra`` in os.environ while vLLM starts its workers (they inherit it)."""
-    saved = {k: os.environ.get(k) for k in extra}
-    os.environ.update(extra)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _engine_config(config: ExecutorConfig, backend: str) -> Any:
@@ -162,7 +146,8 @@ def _shaped(cls: type) -> type:
 def _create(config: ExecutorConfig, backend: str) -> Any:
     from vllm.v1.executor.abstract import Executor
 
-    with _environ(_settings(config, backend)):
+    # vLLM's workers inherit the settings from os.environ while it starts them.
+    with environ(_settings(config, backend)):
         engine_config = _engine_config(config, backend)
         return _shaped(Executor.get_class(engine_config))(engine_config)
 

@@ -15,13 +15,13 @@ machines. A run against a stored baseline has one side.
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from harness._environ import environ
 from harness.backends import load_backend
 from harness.contract import ExecutorConfig
 from harness.perf.workloads import Samples, Workload, merge
@@ -93,10 +93,7 @@ def open_side(side: Side, world_size: int) -> Iterator[Any]:
     config = side.config(world_size)
     with contextlib.ExitStack() as stack:
         if loaded.session is not None:
-            env = stack.enter_context(loaded.session())
-            saved = {key: os.environ.get(key) for key in env}
-            os.environ.update(env)
-            stack.callback(_restore, saved)
+            stack.enter_context(environ(stack.enter_context(loaded.session())))
         ex = loaded.factory(config)
         stack.callback(ex.shutdown)
         yield ex
@@ -109,14 +106,6 @@ def _preload_torch() -> None:
     pay twenty times. As the pytest plugin does before its first fork."""
     with contextlib.suppress(ImportError):
         import torch  # noqa: F401
-
-
-def _restore(saved: Mapping[str, str | None]) -> None:
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
 
 
 def _stderr_progress(text: str) -> None:

@@ -86,13 +86,14 @@ def test_the_settings_a_cpu_needs_yield_to_the_callers_environment_and_the_confi
     assert adapter._settings(ExecutorConfig(1), "uni")["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
 
 
-def test_the_settings_hold_only_while_vllm_starts_and_are_put_back(
-    adapter: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_settings_hold_only_while_vllm_starts_and_are_put_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness._environ import environ
+
     monkeypatch.setenv("HARNESS_TEST_KEPT", "before")
     monkeypatch.delenv("HARNESS_TEST_NEW", raising=False)
-    with adapter._environ({"HARNESS_TEST_KEPT": "during", "HARNESS_TEST_NEW": "during"}):
+    with pytest.raises(RuntimeError), environ({"HARNESS_TEST_KEPT": "during", "HARNESS_TEST_NEW": "during"}):
         assert os.environ["HARNESS_TEST_KEPT"] == os.environ["HARNESS_TEST_NEW"] == "during"
+        raise RuntimeError("vLLM failed to start")
     assert os.environ["HARNESS_TEST_KEPT"] == "before" and "HARNESS_TEST_NEW" not in os.environ
 
 
