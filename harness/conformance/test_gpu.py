@@ -16,6 +16,7 @@ what the GPUs hold is read through NVML or nvidia-smi (``harness.gpus``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Iterator
@@ -27,7 +28,14 @@ import pytest
 from harness import ExecutorConfig, gpus, probes
 from harness.conformance import _work_in_flight
 from harness.conformance._checks import bounded, error_of, expect_equal, not_applicable, one_future
-from harness.conformance._faults import DEATH_BOUND_S, expect_failure, kill, kill_a_rank_inside_a_collective, left
+from harness.conformance._faults import (
+    DEATH_BOUND_S,
+    expect_failure,
+    kill,
+    kill_a_rank_inside_a_collective,
+    left,
+    victim,
+)
 from harness.conformance._tensor_parallel import check_decoder_stages, check_greedy_tokens
 from harness.conformance.test_process_group import expected_collectives
 
@@ -46,12 +54,20 @@ def cuda_executor(backend: Any, world_size: int, start_method: str) -> Iterator[
         yield ex
 
 
-def _processes_of(executor: Any) -> set[int]:
-    """The executor's workers' pids, and every process this one started (a backend's helpers)."""
+@contextlib.contextmanager
+def _watched(backend: Any, world_size: int, start_method: str, gpus_freed: set[int]) -> Iterator[Any]:
+    """A CUDA executor whose processes ``gpus_freed`` checks after the test (its
+    workers, and every process this one started: a backend's helpers), shut down
+    on leaving, within C9's bound."""
     import psutil
 
-    ranks = bounded(lambda: executor.collective_rpc(probes.pid), 60, "collective_rpc(pid)")
-    return {int(p) for p in ranks} | {c.pid for c in psutil.Process().children(recursive=True)}
+    ex = backend.factory(_cuda_config(world_size, start_method))
+    try:
+        ranks = bounded(lambda: ex.collective_rpc(probes.pid), 60, "collective_rpc(pid)")
+        gpus_freed.update({int(p) for p in ranks} | {c.pid for c in psutil.Process().children(recursive=True)})
+        yield ex
+    finally:
+        bounded(ex.shutdown, 30, "shutdown()")
 
 
 @pytest.fixture
@@ -161,16 +177,12 @@ def test_c21_a_callback_added_while_cuda_kernels_run_sees_their_values(cuda_exec
 def test_c8_a_rank_killed_inside_an_nccl_all_reduce_fails_the_call(
     backend: Any, world_size: int, start_method: str, tmp_path: Path, gpus_freed: set[int]
 ) -> None:
-    cfg = _cuda_config(world_size, start_method)
+    _cuda_config(world_size, start_method)  # not applicable with fork, before anything starts
     if world_size < 2:
         not_applicable("one rank: there is no other rank to block in an all_reduce")
-    ex = backend.factory(cfg)
-    try:
-        gpus_freed.update(_processes_of(ex))
+    with _watched(backend, world_size, start_method, gpus_freed) as ex:
         # NCCL's survivors stay blocked in the all_reduce: only the executor can end the call.
         kill_a_rank_inside_a_collective(ex, world_size, tmp_path, "error_out", "cuda")
-    finally:
-        bounded(ex.shutdown, 30, "shutdown()")
 
 
 @pytest.mark.exclusive  # GPU memory is compared with before: no other test may allocate meanwhile
@@ -178,14 +190,8 @@ def test_c8_a_rank_killed_inside_an_nccl_all_reduce_fails_the_call(
 def test_c8_a_rank_killed_with_cuda_kernels_queued_fails_the_call(
     backend: Any, world_size: int, start_method: str, gpus_freed: set[int]
 ) -> None:
-    ex = backend.factory(_cuda_config(world_size, start_method))
-    try:
-        gpus_freed.update(_processes_of(ex))
-        victims = [int(p) for p in ex.collective_rpc(probes.pid)]
-        apart = [(r, p) for r, p in enumerate(victims) if p != os.getpid()]
-        if not apart:
-            not_applicable("every rank runs in the caller's process: no worker can die apart from the caller")
-        rank, pid = apart[-1]
+    with _watched(backend, world_size, start_method, gpus_freed) as ex:
+        rank, pid = victim(ex)
         pending = one_future(
             ex.collective_rpc(probes.device_work, args=(0, 100_000, "cuda"), non_block=True), "non_block=True"
         )
@@ -193,8 +199,6 @@ def test_c8_a_rank_killed_with_cuda_kernels_queued_fails_the_call(
         died = kill(pid)
         what = f"the call with kernels queued when rank {rank} (pid {pid}) was killed"
         expect_failure(error_of(pending, left(died), f"{what}, due within {DEATH_BOUND_S:g} s"), what)
-    finally:
-        bounded(ex.shutdown, 30, "shutdown()")
 
 
 @pytest.mark.exclusive  # GPU memory is compared with before: no other test may allocate meanwhile
@@ -202,9 +206,5 @@ def test_c8_a_rank_killed_with_cuda_kernels_queued_fails_the_call(
 def test_c9_shutdown_frees_every_gpu_the_executor_used(
     backend: Any, world_size: int, start_method: str, gpus_freed: set[int]
 ) -> None:
-    ex = backend.factory(_cuda_config(world_size, start_method))
-    try:
-        gpus_freed.update(_processes_of(ex))
+    with _watched(backend, world_size, start_method, gpus_freed) as ex:
         _work_in_flight.check_one_future(ex, world_size, "cuda")  # every rank has allocated and computed
-    finally:
-        bounded(ex.shutdown, 30, "shutdown()")
