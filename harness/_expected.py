@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from harness._outcomes import LEAK_CLAUSE
+from harness._plugin_options import Variant, clauses_of, variant_of
 from harness.contract import CLAUSES
 
 __all__ = ["KNOWN_FAILURE", "Expected", "ExpectedFailures", "load_expected"]
@@ -140,8 +141,6 @@ def load_expected(path: str | Path, where: str) -> ExpectedFailures:
 def mark_known_failures(items: list[pytest.Item], option: tuple[str, str] | None) -> dict[str, ExpectedFailures]:
     """Marks each backend test its backend's list (or ``option``'s, ``(path, where)``)
     names as a strict xfail; returns the lists used, by backend name."""
-    from harness._plugin_options import Variant, clauses_of, variant_of
-
     lists: dict[str, ExpectedFailures] = {}
     loaded: dict[str, ExpectedFailures] = {}
     for item in items:

@@ -35,11 +35,8 @@ def gpu_states() -> list[GpuState]:
     """Every GPU's memory in use and the processes computing on it; [] without GPUs or tools."""
     try:
         return _from_nvml()
-    except ImportError:
-        pass
-    except Exception:  # noqa: BLE001 - NVML present but failing: nvidia-smi may still answer
-        pass
-    return _from_smi()
+    except Exception:  # noqa: BLE001 - nvidia-ml-py missing, or NVML failing: nvidia-smi may still answer
+        return _from_smi()
 
 
 def _from_nvml() -> list[GpuState]:

@@ -326,9 +326,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             config.hook.pytest_deselected(items=dropped)
             items[:] = keep
     lists = mark_known_failures(items, opts.expected_failures)
-    collector.leak_entries = {
-        entry.where for i in items if (listed := i.stash.get(leak_key, None)) is not None for entry in [listed[1]]
-    }
+    collector.leak_entries = {listed[1].where for i in items if (listed := i.stash.get(leak_key, None)) is not None}
     for name, known in lists.items():
         loaded = opts.loaded.get(name)
         installed = getattr(loaded, "version", None)

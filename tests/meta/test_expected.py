@@ -3,14 +3,11 @@ clause FAIL; a listed test that passes fails the run; a new failure fails it."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.meta.test_meta import ROOT, START_METHOD
+from tests.meta.test_meta import _conform_output
 
 pytestmark = [pytest.mark.isolated, pytest.mark.timeout(600)]
 
@@ -21,25 +18,14 @@ test_c3_args_and_kwargs_reach_a_*[tests.meta.broken:drops_kwargs-*]  C3: kwargs 
 """
 
 
-def _conform(backend: str, tmp_path: Path, listing: str, k: str = "c3_") -> tuple[int, dict[str, object], str]:
+def _conform(
+    backend: str, tmp_path: Path, listing: str, k: str = "c3_", timeout: str = "120"
+) -> tuple[int, dict[str, object], str]:
+    """A conform run at world size 2 with ``listing`` as its known failures."""
     known = tmp_path / "known.txt"
     known.write_text(listing)
-    report = tmp_path / "report.json"
-    proc = subprocess.run(
-        [
-            *(sys.executable, "-m", "harness", "conform", "--backend", backend, "--world-size", "2"),
-            *("--start-method", START_METHOD, "-k", k, "-m", "not gpu", "--expected-failures", str(known)),
-            *("--report-json", str(report), "--timeout", "120"),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    output = proc.stdout + proc.stderr
-    data = json.loads(report.read_text()) if report.exists() else {}
-    return proc.returncode, data, output
+    extra = ("--expected-failures", str(known))
+    return _conform_output(backend, 2, k, tmp_path, extra=extra, timeout=timeout, needs_report=False)
 
 
 def _tests(report: dict[str, object], clause: str) -> list[dict[str, str]]:
@@ -125,32 +111,8 @@ def test_a_listed_leak_no_test_met_is_named_without_failing_the_run(tmp_path: Pa
 def test_a_listed_test_killed_at_the_timeout_is_its_known_failure(tmp_path: Path) -> None:
     # The check's call runs 3 s, longer than the 1 s allowed here: the kill is the listed failure (a hang).
     listing = "test_c4_a_wait_with_timeout_on_a_pending_future_*[*]  C4: hangs\n"
-    known = tmp_path / "known.txt"
-    known.write_text(listing)
-    report = tmp_path / "report.json"
-    proc = subprocess.run(
-        [
-            *(sys.executable, "-m", "harness", "conform", "--backend", "mp", "--world-size", "2"),
-            *(
-                "--start-method",
-                START_METHOD,
-                "-k",
-                "c4_a_wait",
-                "-m",
-                "not gpu",
-                "--expected-failures",
-                str(known),
-            ),
-            *("--report-json", str(report), "--timeout", "1"),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, f"a listed test killed at the timeout failed the run:\n{output[-3000:]}"
-    tests = [t for t in _tests(json.loads(report.read_text()), "C4") if t["note"] != "filtered out"]
+    code, report, output = _conform("mp", tmp_path, listing, k="c4_a_wait", timeout="1")
+    assert code == 0, f"a listed test killed at the timeout failed the run:\n{output[-3000:]}"
+    tests = [t for t in _tests(report, "C4") if t["note"] != "filtered out"]
     assert tests and all(t["outcome"] == "FAIL" and t["note"].startswith("known failure") for t in tests), tests
     assert "2 xfailed" in output

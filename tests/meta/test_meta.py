@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -75,37 +76,9 @@ START_METHOD = "fork"
 
 
 def conform(backend: str, k: str, tmp_path: Path, timeout: str = "120") -> tuple[int, dict[str, object]]:
-    report = tmp_path / "report.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harness",
-            "conform",
-            "--backend",
-            backend,
-            "--world-size",
-            "2",
-            "--start-method",
-            START_METHOD,
-            "-k",
-            k,
-            # The meta tests judge the CPU tier: GPU tests are left out, not shown "not run".
-            "-m",
-            "not gpu",
-            "--report-json",
-            str(report),
-            "--timeout",
-            timeout,
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert report.exists(), f"no report written; output:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return proc.returncode, json.loads(report.read_text())
+    """The report of ``harness conform`` at world size 2 on the tests ``-k`` selects, and its exit code."""
+    code, report, _ = _conform_output(backend, 2, k, tmp_path, timeout=timeout)
+    return code, report
 
 
 #: How many conform runs go at once: they mostly wait (timeouts, deaths, shutdown
@@ -247,24 +220,23 @@ def test_a_future_that_never_completes_fails_within_the_suites_own_bounds(tmp_pa
 
 
 def _conform_output(
-    backend: str, world_size: int, k: str, tmp_path: Path, start_method: str = START_METHOD
+    backend: str,
+    world_size: int,
+    k: str,
+    tmp_path: Path,
+    start_method: str = START_METHOD,
+    extra: Sequence[str] = (),
+    timeout: str = "120",
+    needs_report: bool = True,
 ) -> tuple[int, dict[str, object], str]:
-    """Like ``conform``, at any world size, with the run's output too."""
+    """Like ``conform``, at any world size, with ``extra`` options and the run's
+    output too; the report is ``{}`` where none was written and none was needed."""
     report = tmp_path / "report.json"
-    args = [
-        "--backend",
-        backend,
-        "--world-size",
-        str(world_size),
-        "--start-method",
-        start_method,
-        "-k",
-        k,
-        "-m",
-        "not gpu",
-    ]
+    args = ["--backend", backend, "--world-size", str(world_size), "--start-method", start_method, "-k", k]
+    # The meta tests judge the CPU tier: GPU tests are left out, not shown "not run".
+    args += ["-m", "not gpu", *extra, "--report-json", str(report), "--timeout", timeout]
     proc = subprocess.run(
-        [sys.executable, "-m", "harness", "conform", *args, "--report-json", str(report), "--timeout", "120"],
+        [sys.executable, "-m", "harness", "conform", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -272,6 +244,8 @@ def _conform_output(
         check=False,
     )
     output = proc.stdout + proc.stderr
+    if not needs_report and not report.exists():
+        return proc.returncode, {}, output
     assert report.exists(), f"no report written; output:\n{output[-6000:]}"
     return proc.returncode, json.loads(report.read_text()), output
 
