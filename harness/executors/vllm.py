@@ -35,7 +35,7 @@ from harness.contract import ExecutorConfig
 # ImportError here makes the backends "not run" with the install hint (harness.backends).
 import vllm  # (isort: skip)
 
-__all__ = ["create_mp", "create_ray", "create_uni", "tiny_model"]
+__all__ = ["create_mp", "create_ray", "create_uni", "greedy_tokens", "tiny_model"]
 
 #: What the C22 injection is keyed on (the suite's; see harness.worker).
 FAIL_INIT_ENV = "HARNESS_FAIL_WORKER_INIT"
@@ -165,6 +165,32 @@ def create_uni(config: ExecutorConfig) -> Any:
 def create_ray(config: ExecutorConfig) -> Any:
     """vLLM's ``RayDistributedExecutor``: a Ray actor per rank (vLLM refuses it on CPU)."""
     return _create(config, "ray")
+
+
+def greedy_tokens(
+    model: str, tensor_parallel_size: int, backend: str, device: str, prompts: list[list[int]], steps: int
+) -> list[list[int]]:
+    """The token ids vLLM's engine picks greedily for ``prompts`` (lists of token ids),
+    ``steps`` each, with the tiny model at ``model`` split over ``tensor_parallel_size``
+    ranks by ``backend``'s executor: float32 on CPUs, bfloat16 on GPUs. Meant to run in
+    a process of its own: the engine's cleanup is not to be trusted across engines."""
+    from vllm import LLM, SamplingParams
+
+    config = ExecutorConfig(tensor_parallel_size, device, "nccl" if device == "cuda" else "gloo")
+    with environ(_settings(config, backend)):
+        llm = LLM(
+            model=model,
+            tensor_parallel_size=tensor_parallel_size,
+            distributed_executor_backend=backend,
+            skip_tokenizer_init=True,
+            enforce_eager=True,
+            max_model_len=256,
+            dtype="bfloat16" if device == "cuda" else "float32",
+            seed=0,
+        )
+        params = SamplingParams(temperature=0.0, max_tokens=steps, ignore_eos=True, detokenize=False)
+        outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+        return [list(out.outputs[0].token_ids) for out in outputs]
 
 
 def _vllm_version() -> str:

@@ -39,6 +39,8 @@ def test_a_listed_failure_keeps_the_run_green_and_the_clause_failing(tmp_path: P
     tests = _tests(report, "C3")
     assert tests and all(t["outcome"] == "FAIL" for t in tests), tests
     assert all(t["note"].startswith("known failure, known.txt:3 (recorded with broken 1.0): kwargs") for t in tests)
+    # The evidence goes with it: what the test saw, not only what the list says.
+    assert all("; seen: " in t["note"] and len(t["note"].split("; seen: ")[1]) > 10 for t in tests), tests
     assert "known failures of tests.meta.broken:drops_kwargs" in output
 
 

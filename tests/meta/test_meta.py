@@ -190,6 +190,19 @@ def test_the_suite_passes_a_conformant_but_unusual_backend(
     assert not report["failed"], f"conform failed {report['failed']} for {factory}"
 
 
+@pytest.mark.timeout(600)
+def test_leftovers_a_second_start_proved_the_processs_get_no_second_start_again(tmp_path: Path) -> None:
+    # One test at a time: the first test's second start proves the monitor thread
+    # the process's; the tests after it reuse that proof (harness._residue).
+    extra = ("--jobs", "1")
+    code, report, _ = _conform_output("tests.meta.broken:process_wide_monitor", 2, "c1_ or c3_", tmp_path, extra=extra)
+    notes = [t["note"] for c in ("C1", "C3") for cell in report["clauses"][c].values() for t in cell["tests"]]  # type: ignore[index]
+    first_start = [n for n in notes if n.startswith("left for good by the backend's first start (not a leak")]
+    reused = [n for n in first_start if "as a second start after test_" in n]
+    assert len(first_start) >= 3 and len(first_start) - len(reused) == 1, first_start
+    assert code == 0 and not report["failed"], report["failed"]
+
+
 @pytest.mark.timeout(900)
 def test_a_future_without_result_timeout_fails_c4_alone(tmp_path: Path) -> None:
     code, report = conform("tests.meta.broken:rejects_result_timeout", "c4_ or c5_ or c18_ or c19_ or c21_", tmp_path)

@@ -24,7 +24,18 @@ SPEC = ROOT / "docs" / "SPEC.md"
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 #: Folders that are not the project's own text (environments, caches, builds).
-_NOT_OURS = {".git", ".venv", "venv", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", "build", "dist"}
+_NOT_OURS = {
+    ".git",
+    ".venv",
+    ".venv-vllm",
+    "venv",
+    "__pycache__",
+    ".pytest_cache",
+    ".mypy_cache",
+    ".ruff_cache",
+    "build",
+    "dist",
+}
 
 
 def _repo_files(*suffixes: str) -> list[Path]:
@@ -143,7 +154,9 @@ def _without_code(markdown: str) -> str:
 def _anchors(markdown: str) -> set[str]:
     """GitHub's anchors for the headings of ``markdown``."""
     out = set()
-    for heading in re.findall(r"^#{1,6} +(.+?) *#*$", _without_code(markdown), flags=re.MULTILINE):
+    # Fenced blocks hold no headings; a heading's inline code is part of its anchor.
+    without_blocks = re.sub(r"^```.*?^```", "", markdown, flags=re.MULTILINE | re.DOTALL)
+    for heading in re.findall(r"^#{1,6} +(.+?) *#*$", without_blocks, flags=re.MULTILINE):
         slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
         out.add(slug)
     return out
@@ -178,7 +191,9 @@ def test_the_link_checker_catches_a_link_out_of_the_repository(tmp_path: Path) -
     (repo / "docs").mkdir(parents=True)
     (tmp_path / "shared").mkdir()
     (tmp_path / "shared" / "SPEC.md").write_text("# spec\n")
-    (repo / "docs" / "a.md").write_text("# A b\n\n[top](../README.md) [here](#a-b) `[no](../../x)`\n")
+    (repo / "docs" / "a.md").write_text(
+        "# A b\n\n## The `x-y` one\n\n[top](../README.md) [here](#a-b) [code](#the-x-y-one) `[no](../../x)`\n"
+    )
     readme = repo / "README.md"
     readme.write_text(
         "[SPEC.md](../shared/SPEC.md) [gone](docs/none.md) [a](docs/a.md#nope) [ok](docs/a.md#a-b) [web](https://x.org)\n"

@@ -1,0 +1,79 @@
+"""What a backend's first start leaves for good, proven once and reused
+(harness._residue): compared by kind and count, never lenient about processes,
+sockets, or a kind or a repeat the proof did not have."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from harness import _residue, leaks
+from harness._residue import Residue, shape
+
+
+def test_shape_hides_the_parts_that_vary_between_starts() -> None:
+    assert shape("sem.mp-zeal5g28") == "sem.mp-*"
+    assert shape("Thread-12 (worker)") == "Thread-* (worker)"
+    assert shape("tqdm_monitor") == "tqdm_monitor"
+    assert shape("vllm_dist_0267d7b7-tp:0-[0-1]-cpushm_0") != shape("sem.mp-zeal5g28")
+
+
+def test_a_residue_covers_no_more_than_it_holds() -> None:
+    proven = Residue(("monitor",), ("sem.mp-*", "sem.mp-*"))
+    assert proven.covers(Residue(("monitor",), ("sem.mp-*",)))
+    assert proven.covers(Residue((), ()))
+    assert not proven.covers(Residue(("monitor", "monitor"), ()))  # one more of a kind
+    assert not proven.covers(Residue(("monitor",), ("sem.mp-*",) * 3))
+    assert not proven.covers(Residue(("leaked",), ()))  # another kind
+    assert not proven.covers(Residue((), ("psm_*",)))
+
+
+@pytest.fixture
+def clean_registry() -> Iterator[None]:
+    saved = dict(_residue.PROVEN)
+    _residue.PROVEN.clear()
+    yield
+    _residue.PROVEN.clear()
+    _residue.PROVEN.update(saved)
+
+
+def test_a_proof_serves_its_own_variant_only_and_is_kept_once(clean_registry: None) -> None:
+    residue = Residue(("monitor",), ())
+    _residue.remember("mp-ws2-fork", residue.to_json(), "test_a[mp-ws2-fork]")
+    _residue.remember("mp-ws2-fork", residue.to_json(), "test_b[mp-ws2-fork]")
+    assert _residue.PROVEN["mp-ws2-fork"] == [(residue, "test_a[mp-ws2-fork]")]
+    assert _residue.proven_for("mp-ws2-fork", Residue(("monitor",), ())) == "test_a[mp-ws2-fork]"
+    assert _residue.proven_for("mp-ws4-fork", Residue(("monitor",), ())) is None
+    assert _residue.proven_for("mp-ws2-fork", None) is None
+
+
+def test_residue_since_names_threads_and_segments_by_kind() -> None:
+    before = leaks.baseline()
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait, name="monitor-7", daemon=True)
+    t.start()
+    try:
+        assert _residue.residue_since(before) == Residue(("monitor-*",), ())
+    finally:
+        stop.set()
+        t.join()
+
+
+def test_a_process_or_a_listening_socket_left_is_never_a_residue() -> None:
+    before = leaks.baseline()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert _residue.residue_since(before) is None
+    finally:
+        child.kill()
+        child.wait()
+    before = leaks.baseline()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        assert _residue.residue_since(before) is None

