@@ -59,6 +59,20 @@ def _code(script: Path) -> str:
     return "\n".join(line for i, line in enumerate(lines) if i not in skip).strip("\n")
 
 
+def _relative(text: str) -> str:
+    """Paths inside the repository without the machine's part before it."""
+    return text.replace(str(Path(__file__).resolve().parents[2]) + "/", "")
+
+
+def _first_clause(script: Path) -> tuple[int, str]:
+    return min(int(clause[1:]) for _, clause in shows(script)), script.name
+
+
+def _summary(script: Path) -> str:
+    doc = " ".join((ast.get_docstring(ast.parse(script.read_text())) or script.stem).split())
+    return f"{doc.split('Usage:')[0].strip()} ([`{script.name}`](vllm/repro/{script.name}))"
+
+
 def _evidence(note: str) -> str:
     """A test's note as evidence: what it saw first, the list's reason and line after."""
     known = KNOWN.match(note)
@@ -67,6 +81,35 @@ def _evidence(note: str) -> str:
     reason, _, seen = known["rest"].partition("; seen: ")
     where = f"listed at {known['where']}: {reason}"
     return f"{seen} ({where})" if seen else f"({where})"
+
+
+#: Lines of vLLM's, torch's and Python's logging and progress bars: a run shows them, the report need not.
+_LOG_LINE = re.compile(
+    r"^\s*$|^\([\w-]+ pid=\d+\) |^(INFO|WARNING|ERROR|DEBUG) \d\d-\d\d |^\[W\d{4} |^Triton is installed|"
+    r"^Loading |^Writing model|warnings\.warn\(|resource_tracker: There appear"
+)
+
+
+def _printed(text: str, most: int = 30) -> str:
+    """A reproducer's own output: its prints, its exceptions, its exit status."""
+    kept: list[str] = []
+    in_traceback = False
+    for line in text.splitlines():
+        if _LOG_LINE.search(line):
+            continue
+        if line.startswith(("Traceback (most recent call last)", "Exception in thread")):
+            in_traceback = True  # its frames say where in vLLM; the exception line says what
+            continue
+        if in_traceback and (line.startswith((" ", "\t")) or line.startswith("Traceback")):
+            continue
+        if in_traceback:
+            in_traceback = False
+            kept.append(f"(raised, traceback left out) {line}")
+            continue
+        kept.append(line)
+    if len(kept) > most:
+        kept = [f"... ({len(kept) - most} lines above left out)", *kept[-most:]]
+    return "\n".join(kept)
 
 
 def _backend_of(column: str) -> str:
@@ -100,7 +143,7 @@ def render(runs: list[dict], repro_output: Path | None) -> str:
         "each clause still reads FAIL here, and a fix upstream reads as an unexpected pass.",
         "",
         *[
-            f"- {key}: {value}"
+            f"- {key}: {_relative(str(value))}"
             for run in runs
             for key, value in run["settings"].items()
             if key.startswith("known failures")
@@ -109,6 +152,10 @@ def render(runs: list[dict], repro_output: Path | None) -> str:
         "Every reproducer below is standalone: vLLM's API and a random tiny Llama made on the spot "
         "(`docs/vllm/repro/tiny.py`), no harness. It prints what it saw and exits 1 where vLLM shows the "
         "problem. Run it as `python docs/vllm/repro/<name>.py`.",
+        "",
+        "## Findings at a glance",
+        "",
+        *[f"- {_summary(script)}" for script in sorted({s for v in by_pair.values() for s in v}, key=_first_clause)],
         "",
         "## Clause matrix",
         "",
@@ -177,7 +224,8 @@ def _reproducer(script: Path, repro_output: Path | None, shown: set[Path]) -> li
     lines += ["<details><summary>code</summary>", "", "```python", _code(script), "```", "", "</details>", ""]
     output = repro_output / f"{script.stem}.txt" if repro_output else None
     if output is not None and output.exists():
-        lines += ["What it printed:", "", "```text", output.read_text().strip(), "```", ""]
+        printed = _printed(output.read_text())
+        lines += ["What it printed (vLLM's own log lines left out):", "", "```text", printed, "```", ""]
     else:
         lines += ["(not run for this report)", ""]
     return lines

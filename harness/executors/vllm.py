@@ -51,31 +51,51 @@ CPU_DEFAULTS = {
 _MODEL_LOCK = threading.Lock()
 _MODEL_DIR: Path | None = None
 
+#: The tiny model: CPU attention needs a head size of at least 32; 4 query heads
+#: and 2 KV heads split over 1, 2 or 4 ranks (KV heads replicated at 4).
+TINY_LLAMA = {
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 2,
+    "vocab_size": 512,
+    "max_position_embeddings": 256,
+}
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "harness"
+
 
 def tiny_model(dtype: str = "float32") -> str:
-    """A random Llama small enough to start in seconds, saved once per process.
-
-    CPU attention needs a head size of at least 32; 4 query heads and 2 KV heads
-    split over 1, 2 or 4 ranks (KV heads replicated at 4)."""
+    """A random Llama small enough to start in seconds (seed 0), saved once per
+    user under ``~/.cache/harness/`` (``$XDG_CACHE_HOME``) and reused: every test
+    process builds its executor from it, and a temporary folder per process
+    would be left behind by processes that end without cleaning up."""
     global _MODEL_DIR
     with _MODEL_LOCK:
         if _MODEL_DIR is None:
-            import torch
-            from transformers import LlamaConfig, LlamaForCausalLM  # type: ignore[import-not-found]
+            import hashlib
+            import json
+            import shutil
 
-            folder = Path(tempfile.mkdtemp(prefix="harness-vllm-model-"))
-            config = LlamaConfig(
-                hidden_size=128,
-                intermediate_size=256,
-                num_attention_heads=4,
-                num_key_value_heads=2,
-                num_hidden_layers=2,
-                vocab_size=512,
-                max_position_embeddings=256,
-                torch_dtype=dtype,
-            )
-            torch.manual_seed(0)
-            LlamaForCausalLM(config).save_pretrained(folder)
+            import torch
+            import transformers  # type: ignore[import-not-found]
+
+            key = json.dumps([TINY_LLAMA, dtype, transformers.__version__], sort_keys=True)
+            folder = _cache_dir() / f"tiny-llama-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+            if not (folder / "config.json").exists():
+                folder.parent.mkdir(parents=True, exist_ok=True)
+                staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=folder.parent))
+                torch.manual_seed(0)
+                config = transformers.LlamaConfig(**TINY_LLAMA, torch_dtype=dtype)
+                transformers.LlamaForCausalLM(config).save_pretrained(staging)
+                try:
+                    staging.rename(folder)  # whole or not at all, whoever wins a race
+                except OSError:
+                    shutil.rmtree(staging, ignore_errors=True)
             _MODEL_DIR = folder
         return str(_MODEL_DIR)
 

@@ -1,5 +1,6 @@
-"""C20, MultiprocExecutor: an unknown method name fails on the workers; what the
-caller gets, and whether the executor stays usable."""
+"""C20, MultiprocExecutor: after a call to an unknown method name fails, the next
+call gets that call's error again (a leftover reply of the failed call): the
+executor is not usable after bad input."""
 
 #: What it shows: (backend, clause) of the suite's report.
 SHOWS = [('vllm-mp', 'C20')]

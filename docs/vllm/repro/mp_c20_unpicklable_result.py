@@ -1,5 +1,6 @@
-"""C20, MultiprocExecutor: a result that cannot be pickled fails as a worker
-error, and the executor is not usable after it."""
+"""C20, MultiprocExecutor: after a call whose result cannot be pickled fails,
+the next call gets that call's error again (a leftover reply of the failed
+call): the executor is not usable after it."""
 
 #: What it shows: (backend, clause) of the suite's report.
 SHOWS = [('vllm-mp', 'C20')]

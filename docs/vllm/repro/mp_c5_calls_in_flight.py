@@ -29,4 +29,10 @@ if __name__ == "__main__":
     t.start()
     t.join(120)
     print("all 300 completed" if done else "not complete after 120 s")
+    if not done:
+        # Left alone, the workers outlive this process, spinning on the full reply queue.
+        import psutil
+
+        for worker in psutil.Process().children(recursive=True):
+            worker.kill()
     verdict(not done, "hundreds of calls in flight should all complete")

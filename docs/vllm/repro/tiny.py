@@ -9,13 +9,16 @@ vLLM shows the problem, 0 where it does not (any more).
 import os
 import sys
 import tempfile
+import warnings
 
 # On CPUs: a small KV cache (the default reserves most of the RAM), callables
 # allowed through collective_rpc, no hub access.
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # what the script prints is the finding
+os.environ.setdefault("PYTHONWARNINGS", "ignore")  # torch's and vLLM's deprecation warnings, in every process
+warnings.simplefilter("ignore")
 
 
 def executor(tp: int = 2, backend: str = "mp", **engine_args):
