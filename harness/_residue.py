@@ -24,9 +24,7 @@ second start would have repeated.
 from __future__ import annotations
 
 import json
-import os
 import re
-import threading
 from collections import Counter
 from dataclasses import dataclass
 
@@ -70,9 +68,8 @@ def residue_since(before: leaks.Snapshot) -> Residue | None:
     now = leaks.snapshot()
     if now.children - before.children or now.listening - before.listening:
         return None
-    names = [t.name for t in threading.enumerate() if t.ident in now.threads - before.threads]
-    ours = {os.getpid(), *before.children, *now.children}
-    segments = [s for s in now.shm - before.shm if not leaks.mapped_outside(s, ours)]
+    names = leaks.new_thread_names(before, now)
+    segments = leaks.new_segments(before, now)
     return Residue(tuple(sorted(map(shape, names))), tuple(sorted(map(shape, segments))))
 
 

@@ -34,7 +34,9 @@ __all__ = [
     "lasting_leaks",
     "listening_sockets",
     "mapped_outside",
+    "new_segments",
     "new_tag",
+    "new_thread_names",
     "shm_mapped_by",
     "shm_segments",
     "snapshot",
@@ -285,6 +287,19 @@ def baseline() -> Snapshot:
     return snapshot()
 
 
+def new_thread_names(before: Snapshot, after: Snapshot) -> list[str]:
+    """The names of the caller's threads in ``after`` that ``before`` did not have."""
+    new = after.threads - before.threads
+    return [t.name for t in threading.enumerate() if t.ident in new]
+
+
+def new_segments(before: Snapshot, after: Snapshot) -> set[str]:
+    """Shared-memory segments in ``after`` that ``before`` did not have, less those
+    another process (not this one or its children) still maps."""
+    ours = {os.getpid()} | before.children | after.children
+    return {name for name in after.shm - before.shm if not mapped_outside(name, ours)}
+
+
 def diff(before: Snapshot, after: Snapshot, fd_slack: int | None = 0) -> list[str]:
     """What ``after`` holds that ``before`` did not, worded for a failure message.
     ``fd_slack=None`` leaves descriptors out (see ``wait_clean``)."""
@@ -292,12 +307,10 @@ def diff(before: Snapshot, after: Snapshot, fd_slack: int | None = 0) -> list[st
     new_children = after.children - before.children
     if new_children:
         problems.append("processes left: " + "; ".join(describe(pid) for pid in sorted(new_children)))
-    new_threads = after.threads - before.threads
-    if new_threads:
-        names = [t.name for t in threading.enumerate() if t.ident in new_threads]
+    names = new_thread_names(before, after)
+    if names:
         problems.append(f"threads left in the caller: {names}")
-    ours = {os.getpid()} | before.children | after.children
-    new_shm = {name for name in after.shm - before.shm if not mapped_outside(name, ours)}
+    new_shm = new_segments(before, after)
     if new_shm:
         problems.append(f"shared-memory segments left: {sorted(new_shm)}")
     new_listening = after.listening - before.listening
