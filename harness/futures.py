@@ -11,6 +11,11 @@ the transport and completes calls strictly in submission order::
 
 A reply names its call, so replies for a call that already timed out are
 recognised and dropped: a late reply never reaches a later call (C7).
+
+A blocking call has no future: its outcome is kept on the pending call and
+handed back by ``FutureQueue.wait``. Only ``non_block=True`` pays for a
+``concurrent.futures.Future`` (its condition variable costs as much as the
+rest of the caller's bookkeeping).
 """
 
 from __future__ import annotations
@@ -48,9 +53,10 @@ Receive = Callable[[float | None], list[Reply]]
 class CallFuture(concurrent.futures.Future[Any]):
     """A ``concurrent.futures.Future`` that drives its queue while you wait on it."""
 
-    def __init__(self, queue: FutureQueue) -> None:
+    def __init__(self, queue: FutureQueue, call: PendingCall) -> None:
         super().__init__()
         self._queue = queue
+        self._call = call
 
     def result(self, timeout: float | None = None) -> Any:
         self._drive(timeout)
@@ -67,7 +73,7 @@ class CallFuture(concurrent.futures.Future[Any]):
 
     def _drive(self, timeout: float | None) -> None:
         try:
-            self._queue.drive(self, timeout)
+            self._queue.drive(self._call, timeout)
         except Exception:
             # A broken transport has failed every pending call, this one
             # included: its own state now tells the caller what happened.
@@ -75,30 +81,40 @@ class CallFuture(concurrent.futures.Future[Any]):
                 raise
 
 
-@dataclass
+@dataclass(slots=True, eq=False)
 class PendingCall:
     call_id: int
     method: str
     world_size: int
     unique_reply_rank: int | None
-    future: CallFuture
+    #: None for a blocking call: nobody outside the queue waits on it.
+    future: CallFuture | None = None
     deadline: float | None = None
     timeout: float | None = None
     replies: dict[int, Reply] = field(default_factory=dict)
     abandoned: bool = False
+    settled: bool = False
+    value: Any = None
+    error: BaseException | None = None
 
     @property
     def complete(self) -> bool:
         return len(self.replies) == self.world_size
 
+    def finished(self) -> bool:
+        """Settled, or its future cancelled by the user: nobody waits for it any more."""
+        return self.settled or (self.future is not None and _settled(self.future))
+
     def outcome(self) -> tuple[Any, BaseException | None]:
-        for rank in sorted(self.replies):
-            err = self.replies[rank].error
-            if err is not None:
-                return None, RemoteCallError(rank, self.method, *err)
+        replies = self.replies
+        failed = [reply for reply in replies.values() if reply.error is not None]
+        if failed:
+            first = min(failed)  # the lowest rank's error
+            assert first.error is not None
+            return None, RemoteCallError(first.rank, self.method, *first.error)
         if self.unique_reply_rank is not None:
-            return self.replies[self.unique_reply_rank].value, None
-        return [self.replies[r].value for r in range(self.world_size)], None
+            return replies[self.unique_reply_rank].value, None
+        return [replies[r].value for r in range(self.world_size)], None
 
 
 class FutureQueue:
@@ -110,6 +126,9 @@ class FutureQueue:
         self.lock = threading.RLock()
         self._next_id = 0
         self._broken: BaseException | None = None
+        # Pending calls with a deadline that has not passed: while there are none,
+        # driving skips the deadline bookkeeping (the common, timeout-free call).
+        self._timed = 0
 
     def __len__(self) -> int:
         return len(self._calls)
@@ -120,22 +139,50 @@ class FutureQueue:
         world_size: int,
         unique_reply_rank: int | None,
         timeout: float | None,
+        future: bool = True,
     ) -> PendingCall:
-        """Register a call before its request is sent (so its replies are expected)."""
+        """Register a call before its request is sent (so its replies are expected).
+        ``future=False``: a blocking call, whose outcome ``wait`` returns."""
         with self.lock:
             if self._broken is not None:
                 raise self._broken
             call_id = self._next_id
             self._next_id += 1
-            deadline = None if timeout is None else time.monotonic() + timeout
-            call = PendingCall(call_id, method, world_size, unique_reply_rank, CallFuture(self), deadline, timeout)
+            call = PendingCall(call_id, method, world_size, unique_reply_rank)
+            if timeout is not None:
+                call.deadline = time.monotonic() + timeout
+                call.timeout = timeout
+                self._timed += 1
+            if future:
+                call.future = CallFuture(self, call)
             self._calls[call_id] = call
             return call
 
-    def drive(self, target: concurrent.futures.Future[Any], timeout: float | None) -> None:
+    def wait(self, call: PendingCall) -> Any:
+        """Drive until ``call`` is settled; its value, or raise its error."""
+        try:
+            # The common case first: no other thread drives and no call has a
+            # deadline, so there is nothing to take turns on or to expire.
+            if not self._timed and self.lock.acquire(blocking=False):
+                try:
+                    while not call.settled and not self._timed:
+                        self.pump(None)
+                finally:
+                    self.lock.release()
+            if not call.settled:
+                self.drive(call, None)
+        except Exception:
+            if not call.settled:
+                raise
+            # A broken transport has failed every pending call, this one included.
+        if call.error is not None:
+            raise call.error
+        return call.value
+
+    def drive(self, target: PendingCall, timeout: float | None) -> None:
         """Complete calls in order until ``target`` is done or ``timeout`` s passed."""
         end = None if timeout is None else time.monotonic() + timeout
-        while not _settled(target):
+        while not target.finished():
             # Another thread may be driving: take turns in short slices, so that a
             # future it completes for us is seen without waiting for its call.
             slice_s = _LOCK_SLICE_S if end is None else max(0.0, min(_LOCK_SLICE_S, end - time.monotonic()))
@@ -148,10 +195,13 @@ class FutureQueue:
             if end is not None and time.monotonic() >= end:
                 return
 
-    def _drive_locked(self, target: concurrent.futures.Future[Any], end: float | None) -> None:
-        while not _settled(target):
+    def _drive_locked(self, target: PendingCall, end: float | None) -> None:
+        while not target.finished():
+            if end is None and not self._timed:
+                self.pump(None)
+                continue
             self._expire(time.monotonic())
-            if _settled(target):
+            if target.finished():
                 return
             now = time.monotonic()
             wait = _earliest(end, self._next_deadline())
@@ -160,7 +210,7 @@ class FutureQueue:
             if end is not None and now >= end:
                 wait = 0.0
             self.pump(wait)
-            if end is not None and time.monotonic() >= end and not _settled(target):
+            if end is not None and time.monotonic() >= end and not target.finished():
                 self._expire(time.monotonic())
                 return
 
@@ -174,8 +224,11 @@ class FutureQueue:
             except Exception as exc:
                 self.fail_all(exc)
                 raise
+            if not replies:
+                return
+            calls = self._calls
             for reply in replies:
-                call = self._calls.get(reply.call_id)
+                call = calls.get(reply.call_id)
                 if call is None:
                     continue  # a call failed or abandoned long ago; nothing waits for it
                 call.replies[reply.rank] = reply
@@ -184,7 +237,8 @@ class FutureQueue:
     def discard(self, call: PendingCall) -> None:
         """Forget a call whose request was never sent."""
         with self.lock:
-            self._calls.pop(call.call_id, None)
+            if self._calls.pop(call.call_id, None) is not None and call.deadline is not None and not call.abandoned:
+                self._timed -= 1
 
     def fail_all(self, exc: BaseException) -> None:
         """Fail every pending call and every later one with ``exc``."""
@@ -193,8 +247,9 @@ class FutureQueue:
                 self._broken = exc
             calls = list(self._calls.values())
             self._calls.clear()
+            self._timed = 0
         for call in calls:
-            _settle(call.future, None, exc)
+            _settle(call, None, exc)
 
     @property
     def broken(self) -> BaseException | None:
@@ -202,15 +257,18 @@ class FutureQueue:
 
     def _complete_ready(self) -> None:
         # Strictly FIFO: a call completes only after every earlier one has.
-        while self._calls:
-            head = next(iter(self._calls.values()))
-            if not head.complete:
+        calls = self._calls
+        while calls:
+            head = next(iter(calls.values()))
+            if len(head.replies) != head.world_size:
                 return
-            del self._calls[head.call_id]
+            del calls[head.call_id]
             if head.abandoned:
                 continue
+            if head.deadline is not None:
+                self._timed -= 1
             value, err = head.outcome()
-            _settle(head.future, value, err)
+            _settle(head, value, err)
 
     def _next_deadline(self) -> float | None:
         deadlines = [c.deadline for c in self._calls.values() if c.deadline is not None and not c.abandoned]
@@ -223,9 +281,10 @@ class FutureQueue:
             # The call stays in the queue, abandoned, so its late replies are
             # recognised and dropped instead of being taken by a later call.
             call.abandoned = True
+            self._timed -= 1
             missing = sorted(set(range(call.world_size)) - set(call.replies))
             _settle(
-                call.future,
+                call,
                 None,
                 RPCTimeoutError(
                     f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}: "
@@ -248,9 +307,13 @@ def _earliest(a: float | None, b: float | None) -> float | None:
     return min(a, b)
 
 
-def _settle(future: concurrent.futures.Future[Any], value: Any, exc: BaseException | None) -> None:
+def _settle(call: PendingCall, value: Any, exc: BaseException | None) -> None:
+    if call.settled:
+        return
+    call.settled, call.value, call.error = True, value, exc
+    future = call.future
     # A future the user cancelled refuses set_*: nothing waits for it, so ignore.
-    if _settled(future):
+    if future is None or _settled(future):
         return
     try:
         if exc is not None:

@@ -30,6 +30,7 @@ __all__ = ["RingHandle", "RingReader", "RingWriter"]
 _MAGIC = 0x48524E5352494E47  # "HRNSRING"
 _U64 = struct.Struct("<Q")
 _SLOT_HDR = struct.Struct("<QQQ")
+_LENGTH_MORE = struct.Struct("<QQ")
 _HEADER = 64
 _COUNTER_STRIDE = 64  # one cache line per reader: no false sharing between workers
 _SLOT_HDR_SIZE = 64
@@ -80,8 +81,7 @@ class RingWriter:
         self.handle = handle
         self._shm = shared_memory.SharedMemory(name=handle.name, create=False)
         self._owner = False
-        self._next_chunk = 0
-        self._min_consumed = 0
+        self._init_cursor()
         return self
 
     def __init__(self, n_readers: int, n_slots: int = 32, slot_size: int = 128 * 1024) -> None:
@@ -107,6 +107,11 @@ class RingWriter:
         for k in range(n_slots):
             _SLOT_HDR.pack_into(buf, self.handle.slot_offset(k), 0, 0, 0)
         self._owner = True
+        self._init_cursor()
+
+    def _init_cursor(self) -> None:
+        self._buf: memoryview | None = buffer_of(self._shm) if self._shm is not None else None
+        self._slots = [self.handle.slot_offset(k) for k in range(self.handle.n_slots)]
         self._next_chunk = 0
         self._min_consumed = 0
 
@@ -144,9 +149,25 @@ class RingWriter:
         each chunk; an exception from either aborts the write (and leaves the
         ring unusable: a reader may hold half a message)."""
         buf = self._live_buf()
+        head = len(prefix)
+        if type(data) is bytes and head + len(data) <= self.handle.slot_size:
+            # One chunk: what almost every call and reply is. Kept apart from the
+            # general loop below because it runs on every call, both ways.
+            while not self.has_space():
+                wait_for_space()
+            seq = self._next_chunk
+            off = self._slots[seq % self.handle.n_slots]
+            pos = off + _SLOT_HDR_SIZE
+            end = pos + head + len(data)
+            buf[pos : pos + head] = prefix
+            buf[pos + head : end] = data
+            _LENGTH_MORE.pack_into(buf, off + 8, end - pos, 0)
+            _U64.pack_into(buf, off, seq + 1)  # publish last
+            self._next_chunk = seq + 1
+            notify()
+            return
         view = memoryview(data).cast("B")
         size = self.handle.slot_size
-        head = len(prefix)
         total = head + len(view)
         start = 0  # offset in the message, prefix included
         while True:
@@ -155,7 +176,7 @@ class RingWriter:
             end = min(start + size, total)
             more = 1 if end < total else 0
             seq = self._next_chunk
-            off = self.handle.slot_offset(seq % self.handle.n_slots)
+            off = self._slots[seq % self.handle.n_slots]
             pos = off + _SLOT_HDR_SIZE
             if start < head:
                 part = prefix[start : min(end, head)]
@@ -164,7 +185,7 @@ class RingWriter:
             lo, hi = max(start - head, 0), end - head
             if hi > lo:
                 buf[pos : pos + hi - lo] = view[lo:hi]
-            struct.pack_into("<QQ", buf, off + 8, end - start, more)
+            _LENGTH_MORE.pack_into(buf, off + 8, end - start, more)
             _U64.pack_into(buf, off, seq + 1)  # publish last
             self._next_chunk = seq + 1
             notify()
@@ -173,12 +194,13 @@ class RingWriter:
                 return
 
     def _live_buf(self) -> memoryview:
-        if self._shm is None:
+        if self._buf is None:
             raise ValueError(f"ring {self.handle.name} is closed")
-        return buffer_of(self._shm)
+        return self._buf
 
     def close(self) -> None:
         """Unmap the segment, and unlink it if this writer created it. Idempotent."""
+        self._buf = None
         shm, self._shm = self._shm, None
         if shm is None:
             return
@@ -209,21 +231,24 @@ class RingReader:
         ):
             raise ValueError(f"segment {handle.name} is not a ring matching {handle}")
         self._counter_off = handle.counter_offset(index)
-        self._consumed = _U64.unpack_from(buffer_of(self._shm), self._counter_off)[0]
+        self._buf: memoryview | None = buffer_of(self._shm)
+        self._slots = [handle.slot_offset(k) for k in range(handle.n_slots)]
+        self._consumed = _U64.unpack_from(self._buf, self._counter_off)[0]
         self._partial: bytearray | None = None
 
     def poll(self) -> bytes | bytearray | None:
         """The next whole message, or None if it is not (completely) there yet."""
-        if self._shm is None:
+        buf = self._buf
+        if buf is None:
             raise ValueError(f"ring {self.handle.name} is closed")
-        buf = buffer_of(self._shm)
-        n_slots = self.handle.n_slots
+        slots = self._slots
         while True:
             seq = self._consumed
-            off = self.handle.slot_offset(seq % n_slots)
+            off = slots[seq % len(slots)]
+            # The stamp is read before the length: the writer stores it last.
             if _U64.unpack_from(buf, off)[0] != seq + 1:
                 return None
-            length, more = struct.unpack_from("<QQ", buf, off + 8)
+            length, more = _LENGTH_MORE.unpack_from(buf, off + 8)
             data_off = off + _SLOT_HDR_SIZE
             if more or self._partial is not None:
                 # A message of several chunks grows in one buffer (realloc moves
@@ -243,6 +268,7 @@ class RingReader:
             return chunk
 
     def close(self) -> None:
+        self._buf = None
         shm, self._shm = self._shm, None
         if shm is not None:
             shm.close()

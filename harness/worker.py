@@ -139,20 +139,21 @@ def decode_request(raw: bytes | bytearray) -> tuple[int, memoryview]:
     return _CALL_ID.unpack_from(raw, 0)[0], memoryview(raw)[_CALL_ID.size :]
 
 
-def run_call(worker: Worker, call_id: int, request: Request) -> Reply:
-    """Run one request on ``worker``; never raises (errors become the reply)."""
-    method = request.method
+def run_call(worker: Worker, call_id: int, request: Request | tuple[Any, ...]) -> Reply:
+    """Run one request (a ``Request``, or the plain tuple it pickles as) on
+    ``worker``; never raises (errors become the reply)."""
     try:
+        method, args, kwargs, unique_reply_rank = request
         if isinstance(method, str):
             fn = getattr(worker, method, None)
             if fn is None:
                 raise AttributeError(
                     f"worker of rank {worker.rank} has no method {method!r} ({type(worker).__qualname__})"
                 )
-            value = fn(*request.args, **(request.kwargs or {}))
+            value = fn(*args, **kwargs) if kwargs else fn(*args)
         else:
-            value = method(worker, *request.args, **(request.kwargs or {}))
-        if request.unique_reply_rank is not None and request.unique_reply_rank != worker.rank:
+            value = method(worker, *args, **kwargs) if kwargs else method(worker, *args)
+        if unique_reply_rank is not None and unique_reply_rank != worker.rank:
             value = None
         return Reply(worker.rank, call_id, value)
     except BaseException as exc:  # noqa: BLE001 - the caller gets it, the worker lives on
@@ -190,10 +191,14 @@ class _ReplyChannel:
         self._writer = RingWriter.attach(ring)
         self._notify_fd = notify_fd
         self._backoff = 0.0
+        # Bound once: a reply goes out on every call.
+        self._write = self._writer.write
+        self._wait = self._wait_for_space
+        self._wake_caller = self._notify
 
     def send(self, reply: Reply) -> None:
         self._backoff = 0.0
-        self._writer.write(encode_reply(reply), self._wait_for_space, self._notify)
+        self._write(encode_reply(reply), self._wait, self._wake_caller)
 
     def _notify(self) -> None:
         try:
@@ -292,7 +297,7 @@ def _serve(worker: Worker, reader: RingReader, wake_r: int, replies: _ReplyChann
         if call_id == SHUTDOWN_CALL_ID:
             return
         try:
-            request = Request(*pickle.loads(body))
+            request = pickle.loads(body)  # run_call takes the plain tuple a Request pickles as
         except BaseException as exc:  # noqa: BLE001
             # e.g. a callable whose module this worker cannot import: answer the call.
             replies.send(error_reply(worker.rank, call_id, exc))

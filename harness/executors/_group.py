@@ -129,12 +129,13 @@ class GroupExecutor:
             body = dumps_call((method, args, kwargs, unique_reply_rank))
         except Exception as exc:
             raise SerializationError(f"collective_rpc({name!r}): the call could not be pickled: {exc}") from exc
-        with group.queue.lock:
-            call = group.queue.new_call(name, self.world_size, unique_reply_rank, timeout)
+        queue = group.queue
+        with queue.lock:
+            call = queue.new_call(name, self.world_size, unique_reply_rank, timeout, future=non_block)
             group.send(call, body)
         if non_block:
             return call.future
-        return call.future.result()
+        return queue.wait(call)
 
     def check_health(self) -> None:
         group = self._group

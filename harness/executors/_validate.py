@@ -17,6 +17,14 @@ def validate_call(
     world_size: int,
 ) -> tuple[Any, ...]:
     """Check one ``collective_rpc`` call; returns ``args`` as a tuple."""
+    if (
+        type(args) is tuple
+        and kwargs is None
+        and timeout is None
+        and unique_reply_rank is None
+        and (type(method) is str or callable(method))
+    ):
+        return args  # the common call: every check below passes (checked once per call)
     if not (isinstance(method, str) or callable(method)):
         raise TypeError(f"collective_rpc: method must be a str or a callable, got {method!r}")
     name = method_name(method)

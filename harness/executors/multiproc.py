@@ -87,6 +87,9 @@ class _Group:
         self.queue = FutureQueue(self._receive)
         self.selector: selectors.BaseSelector | None = None
         self.wake_conns: list[multiprocessing.connection.Connection] = []
+        self.wake_fds: list[int] = []
+        self._sending: PendingCall | None = None
+        self._wake = self.wake  # bound once: every call wakes the workers
         self.death_w: multiprocessing.connection.Connection | None = None
         self.notify_r: multiprocessing.connection.Connection | None = None
         self.monitor: threading.Thread | None = None
@@ -134,6 +137,7 @@ class _Group:
             self.pids.append(proc.pid)
             os.set_blocking(wake_w.fileno(), False)
             self.wake_conns.append(wake_w)
+            self.wake_fds.append(wake_w.fileno())
             child_ends.append(wake_r)
         for conn in child_ends:
             conn.close()
@@ -177,25 +181,20 @@ class _Group:
     # ---- calls ------------------------------------------------------------
 
     def wake(self) -> None:
-        for conn in self.wake_conns:
+        for fd in self.wake_fds:
             try:
-                os.write(conn.fileno(), b"\0")
+                os.write(fd, b"\0")
             except (BlockingIOError, BrokenPipeError):
                 pass  # a wake-up is already pending, or the worker is gone (its sentinel says so)
 
     def send(self, call: PendingCall, body: bytes) -> None:
         """Write one registered call into the request ring (under the queue lock)."""
-        queue, name, timeout = self.queue, call.method, call.timeout
         before = self.ring.chunks_written
-
-        def wait_for_space() -> None:
-            if call.deadline is not None and time.monotonic() >= call.deadline:
-                raise _RingTimeout
-            queue.pump(_RING_FULL_WAIT_S)
-
+        self._sending = call
         try:
-            self.ring.write(body, wait_for_space, self.wake, prefix=request_header(call.call_id))
+            self.ring.write(body, self._wait_for_space, self._wake, prefix=request_header(call.call_id))
         except BaseException as exc:
+            queue, name, timeout = self.queue, call.method, call.timeout
             if self.ring.chunks_written != before:
                 # Half a message sits in the ring (a timeout, Ctrl-C, a dead
                 # worker…): the next request would be read as its continuation.
@@ -212,6 +211,16 @@ class _Group:
                     f"after {timeout:g} s waiting to send (workers not reading)"
                 ) from None
             raise
+        finally:
+            self._sending = None  # not kept: the call will hold its result
+
+    def _wait_for_space(self) -> None:
+        # The request ring is full while self._sending is being written (under
+        # the queue lock, so one call at a time): take replies meanwhile.
+        deadline = self._sending.deadline if self._sending is not None else None
+        if deadline is not None and time.monotonic() >= deadline:
+            raise _RingTimeout
+        self.queue.pump(_RING_FULL_WAIT_S)
 
     def _poll_replies(self) -> list[Reply]:
         replies = []

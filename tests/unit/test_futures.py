@@ -475,6 +475,90 @@ def test_cancelled_future_does_not_break_the_queue(queue: FutureQueue, receive: 
         a.future.result()
 
 
+# --------------------------------------------------------------------------- blocking calls
+
+
+def _blocking(queue: FutureQueue, world_size: int = 2, timeout: float | None = None) -> PendingCall:
+    return queue.new_call("b", world_size, None, timeout, future=False)
+
+
+def test_a_blocking_call_has_no_future_and_wait_returns_its_result(
+    queue: FutureQueue, receive: ScriptedReceive
+) -> None:
+    c = _blocking(queue)
+    assert c.future is None
+    receive.add(_replies(c, ["r0", "r1"]))
+    assert queue.wait(c) == ["r0", "r1"]
+    assert len(queue) == 0
+
+
+def test_wait_raises_the_lowest_ranks_remote_error(queue: FutureQueue, receive: ScriptedReceive) -> None:
+    c = _blocking(queue, world_size=3)
+    receive.add(
+        [
+            Reply(2, c.call_id, error=("KeyError", "two", "tb2")),
+            Reply(0, c.call_id, "fine"),
+            Reply(1, c.call_id, error=("ValueError", "one", "tb1")),
+        ]
+    )
+    with pytest.raises(RemoteCallError, match="one") as info:
+        queue.wait(c)
+    assert info.value.rank == 1
+
+
+def test_wait_completes_earlier_calls_first(queue: FutureQueue, receive: ScriptedReceive) -> None:
+    first = _call(queue, world_size=1)
+    second = _blocking(queue, world_size=1)
+    receive.add([Reply(0, second.call_id, "s")], [Reply(0, first.call_id, "f")])
+    assert queue.wait(second) == ["s"]
+    assert _settled(first.future)  # ... completed before the later call, in order
+    assert first.future.result() == ["f"]
+
+
+def test_a_blocking_call_times_out(queue: FutureQueue, receive: ScriptedReceive, clock: FakeClock) -> None:
+    start = clock.now
+    c = _blocking(queue, timeout=3.0)
+    receive.add([Reply(0, c.call_id, "only rank 0")])
+    with pytest.raises(RPCTimeoutError, match="rank 1:"):
+        queue.wait(c)
+    assert clock.now == pytest.approx(start + 3.0)
+
+
+def test_wait_on_a_broken_transport_raises_its_error(queue: FutureQueue, receive: ScriptedReceive) -> None:
+    c = _blocking(queue)
+    broken = ConnectionError("transport gone")
+    receive.add(broken)
+    with pytest.raises(ConnectionError) as info:
+        queue.wait(c)
+    assert info.value is broken
+    with pytest.raises(ConnectionError):
+        _blocking(queue)  # every later call fails with it too
+
+
+def test_a_pending_deadline_is_the_only_reason_to_wait_with_a_timeout(
+    queue: FutureQueue, receive: ScriptedReceive
+) -> None:
+    """While no pending call has a deadline, a blocking call waits on the transport
+    without a timeout; whichever way a timed call leaves (completed, expired,
+    never sent), that is so again."""
+    timed = _call(queue, world_size=1, timeout=5.0)
+    plain = _blocking(queue, world_size=1)
+    receive.add([Reply(0, timed.call_id, "t")], [Reply(0, plain.call_id, "p")])
+    assert queue.wait(plain) == ["p"]
+    assert receive.timeouts[0] is not None  # the timed call was pending: wait at most its deadline
+    assert receive.timeouts[1] is None  # completed: nothing to expire any more
+
+    expired = _call(queue, world_size=1, timeout=1.0)
+    assert isinstance(expired.future.exception(), RPCTimeoutError)
+    unsent = _call(queue, world_size=1, timeout=1.0)
+    queue.discard(unsent)
+    receive.timeouts.clear()
+    after = _blocking(queue, world_size=1)
+    receive.add([Reply(0, expired.call_id, "late")], [Reply(0, after.call_id, "a")])
+    assert queue.wait(after) == ["a"]
+    assert receive.timeouts == [None, None]
+
+
 # --------------------------------------------------------------------------- threads
 
 
