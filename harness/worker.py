@@ -38,7 +38,9 @@ __all__ = [
     "Request",
     "Worker",
     "WorkerSpec",
+    "decode_reply",
     "decode_request",
+    "encode_reply",
     "encode_request",
     "init_distributed",
     "request_header",
@@ -69,6 +71,10 @@ _CALL_ID = struct.Struct("<q")
 SHUTDOWN_CALL_ID = -1
 #: The id of the first reply of a worker: its pid once started, or its start-up error.
 READY_CALL_ID = -2
+#: A writer skips the wake-up byte only while the reader's "awake until" promise
+#: (``harness.shm``) holds for this much longer: far more than a published
+#: message takes to become visible to another core.
+WAKE_MARGIN_S = 100e-6
 
 
 class Request(NamedTuple):
@@ -165,13 +171,30 @@ def error_reply(rank: int, call_id: int, exc: BaseException) -> Reply:
     return Reply(rank, call_id, None, (type(exc).__qualname__, str(exc), tb))
 
 
+# A reply whose value is None with no error, which every rank but one sends for
+# a call with unique_reply_rank, travels as a marker, the rank and the call id:
+# no pickling on either side. (Pickles of protocol 2 and later start with 0x80.)
+_NONE_REPLY = struct.Struct("<cqq")
+_NONE_MARK = b"N"
+
+
 def encode_reply(reply: Reply) -> bytes:
     """Pickle a reply; an unpicklable result becomes an error reply (C20)."""
+    if reply.value is None and reply.error is None:
+        return _NONE_REPLY.pack(_NONE_MARK, reply.rank, reply.call_id)
     try:
         return pickle.dumps(tuple(reply), protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:  # noqa: BLE001
         err = RuntimeError(f"result of type {type(reply.value).__qualname__} could not be pickled: {exc}")
         return pickle.dumps(tuple(error_reply(reply.rank, reply.call_id, err)))
+
+
+def decode_reply(raw: bytes | bytearray) -> Reply:
+    """The reply ``encode_reply`` wrote."""
+    if raw[:1] == _NONE_MARK:
+        _, rank, call_id = _NONE_REPLY.unpack(raw)
+        return Reply(rank, call_id)
+    return Reply(*pickle.loads(raw))
 
 
 def _watch_parent(death_fd: int) -> None:
@@ -201,6 +224,8 @@ class _ReplyChannel:
         self._write(encode_reply(reply), self._wait, self._wake_caller)
 
     def _notify(self) -> None:
+        if self._writer.awake_until(0) - WAKE_MARGIN_S > time.monotonic():
+            return  # the caller is looking at the ring, and will look again before it sleeps
         try:
             os.write(self._notify_fd, b"\0")
         except BlockingIOError:
@@ -277,13 +302,16 @@ def _serve(worker: Worker, reader: RingReader, wake_r: int, replies: _ReplyChann
             # Waking from a blocked read costs tens of microseconds on a loaded
             # machine; right after a call the next one is likely close, so look
             # at the ring for a short while first, yielding the core each time.
-            end = time.perf_counter() + spin_s
-            while raw is None and time.perf_counter() < end:
+            end = time.monotonic() + spin_s
+            reader.promise_awake_until(end)  # the caller skips the wake-up byte meanwhile
+            while raw is None and time.monotonic() < end:
                 os.sched_yield()
                 raw = reader.poll()
         if raw is None:
             # Drain the wake-ups before the second look: a request published after
-            # that look writes a fresh wake-up byte, so select cannot miss it.
+            # that look writes a fresh wake-up byte, so select cannot miss it. (A
+            # request whose wake-up byte the caller skipped is seen by this look:
+            # it was published while the promise held, and the promise has run out.)
             try:
                 while os.read(wake_r, 4096):
                     pass

@@ -54,7 +54,7 @@ from harness.contract import (
 from harness.executors._group import Failure, GroupExecutor
 from harness.executors._ray_cluster import LocalCluster
 from harness.futures import FutureQueue, PendingCall, Reply
-from harness.worker import Request, Worker, encode_reply, error_reply, init_distributed, run_call
+from harness.worker import Request, Worker, decode_reply, encode_reply, error_reply, init_distributed, run_call
 
 __all__ = ["RayExecutor"]
 
@@ -356,7 +356,7 @@ class _Group:
                 replies.append(error_reply(rank, call_id, exc))
                 continue
             try:
-                replies.append(Reply(*pickle.loads(raw)))
+                replies.append(decode_reply(raw))
             except Exception as exc:  # noqa: BLE001 - e.g. a result class the caller cannot import
                 err = RuntimeError(f"the result could not be unpickled in the caller: {exc!r}")
                 replies.append(error_reply(rank, call_id, err))

@@ -3,9 +3,14 @@
 Data flow::
 
     caller thread ─ collective_rpc ─► request ring (shm, 1 writer → N readers) ─► worker 0 … N-1
-         ▲            │ one write per call, any world size;          + 1 wake-up byte per worker
+         ▲            │ one write per call, any world size                          │
          │            ▼ pending call registered                                     │
-         └─ FutureQueue: FIFO, drained inside result() on the caller's thread ◄─ reply pipe per rank
+         └─ FutureQueue: FIFO, drained inside result() on the caller's thread ◄─ reply ring per rank
+
+    wake-ups: after a call (a reply) each side looks at its ring for a while
+    (10 ms on a worker, 1 ms in the caller, yielding the core between looks),
+    then sleeps on a pipe. A write sends a byte down the pipe only to a side
+    that may be asleep: one that has not promised to be looking (harness.shm).
 
     monitor thread: blocks on the worker sentinels (no spinning); on a death it
     fails every pending call and runs the failure callbacks, once.
@@ -21,7 +26,6 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.connection
 import os
-import pickle
 import selectors
 import shutil
 import tempfile
@@ -41,7 +45,15 @@ from harness.contract import (
 from harness.executors._group import Failure, GroupExecutor
 from harness.futures import FutureQueue, PendingCall, Reply
 from harness.shm import RingReader, RingWriter
-from harness.worker import SHUTDOWN_CALL_ID, WorkerSpec, encode_request, request_header, worker_main
+from harness.worker import (
+    SHUTDOWN_CALL_ID,
+    WAKE_MARGIN_S,
+    WorkerSpec,
+    decode_reply,
+    encode_request,
+    request_header,
+    worker_main,
+)
 
 __all__ = ["MultiprocExecutor", "create"]
 
@@ -181,7 +193,13 @@ class _Group:
     # ---- calls ------------------------------------------------------------
 
     def wake(self) -> None:
-        for fd in self.wake_fds:
+        # Only the workers that may be asleep: one still spinning after its last
+        # call has promised to look at the ring (harness.shm, "awake until").
+        now = time.monotonic() + WAKE_MARGIN_S
+        awake_until = self.ring.awake_until
+        for rank, fd in enumerate(self.wake_fds):
+            if awake_until(rank) > now:
+                continue
             try:
                 os.write(fd, b"\0")
             except (BlockingIOError, BrokenPipeError):
@@ -226,7 +244,7 @@ class _Group:
         replies = []
         for reader in self.reply_readers:
             while (raw := reader.poll()) is not None:
-                replies.append(Reply(*pickle.loads(raw)))
+                replies.append(decode_reply(raw))
         return replies
 
     def _collect(self, timeout: float | None) -> tuple[list[Reply], list[int]]:
@@ -238,8 +256,10 @@ class _Group:
         if self.spin_s > 0:
             # A short spin before blocking: a reply due within microseconds is
             # taken without paying for a sleep and a wake-up.
-            end = time.perf_counter() + (self.spin_s if timeout is None else min(self.spin_s, timeout))
-            while time.perf_counter() < end:
+            end = time.monotonic() + (self.spin_s if timeout is None else min(self.spin_s, timeout))
+            for reader in self.reply_readers:
+                reader.promise_awake_until(end)  # the workers skip the wake-up byte meanwhile
+            while time.monotonic() < end:
                 os.sched_yield()  # let a worker that shares this core run
                 replies = self._poll_replies()
                 if replies:

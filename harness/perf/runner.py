@@ -24,6 +24,7 @@ from typing import Any
 from harness._environ import environ
 from harness.backends import load_backend
 from harness.contract import ExecutorConfig
+from harness.perf._quiet import wait_for_quiet
 from harness.perf.workloads import Samples, Workload, merge
 
 __all__ = ["Side", "open_side", "parse_side", "run_rounds"]
@@ -114,8 +115,10 @@ def _stderr_progress(text: str) -> None:
         sys.stderr.flush()
 
 
-#: The caller's pause before each batch, for the workers of the batch before to go quiet.
+#: The caller's pause before each batch, for the workers of the batch before to go quiet...
 SETTLE_S = 0.05
+#: ... and the longest it waits for the machine's CPUs to go quiet (harness.perf._quiet).
+QUIET_MAX_S = 2.0
 
 
 def run_rounds(
@@ -128,16 +131,19 @@ def run_rounds(
     warmup: int,
     progress: Callable[[str], None] = _stderr_progress,
     settle_s: float = SETTLE_S,
+    quiet_max_s: float = QUIET_MAX_S,
 ) -> dict[str, Samples]:
     """Measure ``workload`` on each side's executor (label -> executor): a
     warm-up of ``warmup`` steps each, then ``rounds`` rounds of one batch of
     ``reps`` steps per side, the order alternating. Samples by label.
 
-    Before each batch the caller sleeps ``settle_s``: workers that spin for a
-    while after their last call (``mp``'s spin for 10 ms) would otherwise
-    share the cores with the next batch, and the batch measured after
-    another side's would be slower for it (measured: the first 15-20 steps of
-    every batch at world size 1, by 40 %).
+    Before each batch the caller sleeps ``settle_s``, and then waits, up to
+    ``quiet_max_s`` in all, until the machine's CPUs are quiet: workers that
+    spin for a while after their last call (``mp``'s for 10 ms, vLLM's for
+    1 s) would otherwise share the cores with the next batch, and the batch
+    measured after another side's would be slower for it (measured: the first
+    15-20 steps of every batch at world size 1, by 40 %; ``mp`` against vLLM,
+    by half).
 
     ``workload`` may be one per label (its state, as a calibration, stays its
     side's); one workload shared by the sides gives both the same work."""
@@ -155,7 +161,7 @@ def run_rounds(
         order = labels if r % 2 == 0 else labels[::-1]
         for label in order:
             if settle_s > 0:
-                time.sleep(settle_s)
+                wait_for_quiet(settle_s, max(settle_s, quiet_max_s))
             merge(out[label], of[label].measure(sides[label], world_size, reps))
         progress(f"{of[labels[0]].name} ws={world_size}: round {r + 1}/{rounds}, {time.monotonic() - started:.0f} s")
     for label in labels:

@@ -550,3 +550,40 @@ def test_reader_of_a_missing_segment_raises() -> None:
     w.close()
     with pytest.raises(FileNotFoundError):
         RingReader(w.handle, 0)
+
+
+# --------------------------------------------------------------------------- awake until
+
+
+def test_a_readers_promise_is_what_the_writer_sees_and_starts_at_zero(rings: Rings) -> None:
+    w = rings.writer(n_readers=3)
+    readers = rings.readers_of(w)
+    assert [w.awake_until(r) for r in range(3)] == [0.0, 0.0, 0.0]
+    readers[1].promise_awake_until(1234.5)
+    assert [w.awake_until(r) for r in range(3)] == [0.0, 1234.5, 0.0]  # one reader's line, no other
+
+
+def test_a_promise_leaves_the_readers_counter_alone(rings: Rings) -> None:
+    w = rings.writer(n_readers=1, n_slots=2)
+    (r,) = rings.readers_of(w)
+    w.write(b"a", _no_wait)
+    assert r.poll() == b"a"
+    r.promise_awake_until(float(2**62))  # bits that would read as a huge count
+    assert w.consumed() == [1]
+    w.write(b"b", _no_wait)
+    w.write(b"c", _no_wait)  # needs the slot "a" used: counted as consumed
+    assert [r.poll(), r.poll()] == [b"b", b"c"]
+
+
+def test_an_attached_writer_sees_the_promise(rings: Rings) -> None:
+    w = rings.writer(n_readers=1)
+    rings.reader(w.handle, 0).promise_awake_until(99.0)
+    assert rings.attach_writer(w.handle).awake_until(0) == 99.0
+
+
+def test_a_closed_reader_cannot_promise(rings: Rings) -> None:
+    w = rings.writer(n_readers=1)
+    r = RingReader(w.handle, 0)
+    r.close()
+    with pytest.raises(ValueError, match="closed"):
+        r.promise_awake_until(1.0)
