@@ -106,15 +106,18 @@ class PendingCall:
         return self.settled or (self.future is not None and _settled(self.future))
 
     def outcome(self) -> tuple[Any, BaseException | None]:
+        """The value (a list in rank order, or the unique reply rank's), or the
+        lowest rank's error."""
         replies = self.replies
-        failed = [reply for reply in replies.values() if reply.error is not None]
-        if failed:
-            first = min(failed)  # the lowest rank's error
-            assert first.error is not None
-            return None, RemoteCallError(first.rank, self.method, *first.error)
+        values = []
+        for rank in range(self.world_size):
+            reply = replies[rank]
+            if reply.error is not None:
+                return None, RemoteCallError(rank, self.method, *reply.error)
+            values.append(reply.value)
         if self.unique_reply_rank is not None:
-            return replies[self.unique_reply_rank].value, None
-        return [replies[r].value for r in range(self.world_size)], None
+            return values[self.unique_reply_rank], None
+        return values, None
 
 
 class FutureQueue:
@@ -166,7 +169,7 @@ class FutureQueue:
             if not self._timed and self.lock.acquire(blocking=False):
                 try:
                     while not call.settled and not self._timed:
-                        self.pump(None)
+                        self._pump_locked(None)
                 finally:
                     self.lock.release()
             if not call.settled:
@@ -217,22 +220,25 @@ class FutureQueue:
     def pump(self, timeout: float | None) -> None:
         """Receive what arrives within ``timeout`` s and complete what is complete."""
         with self.lock:
-            if self._broken is not None:
-                raise self._broken
-            try:
-                replies = self._receive(timeout)
-            except Exception as exc:
-                self.fail_all(exc)
-                raise
-            if not replies:
-                return
-            calls = self._calls
-            for reply in replies:
-                call = calls.get(reply.call_id)
-                if call is None:
-                    continue  # a call failed or abandoned long ago; nothing waits for it
-                call.replies[reply.rank] = reply
-            self._complete_ready()
+            self._pump_locked(timeout)
+
+    def _pump_locked(self, timeout: float | None) -> None:
+        if self._broken is not None:
+            raise self._broken
+        try:
+            replies = self._receive(timeout)
+        except Exception as exc:
+            self.fail_all(exc)
+            raise
+        if not replies:
+            return
+        calls = self._calls
+        for reply in replies:
+            call = calls.get(reply.call_id)
+            if call is None:
+                continue  # a call failed or abandoned long ago; nothing waits for it
+            call.replies[reply.rank] = reply
+        self._complete_ready()
 
     def discard(self, call: PendingCall) -> None:
         """Forget a call whose request was never sent."""
