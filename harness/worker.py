@@ -335,6 +335,7 @@ def _serve(worker: Worker, reader: RingReader, wake_r: int, replies: _ReplyChann
             continue
         del raw, body
         replies.send(run_call(worker, call_id, request))
+        os.sched_yield()  # the caller may share this core, and wait for this reply
 
 
 def _destroy_process_group() -> None:
