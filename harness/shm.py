@@ -1,11 +1,10 @@
 """A shared-memory ring buffer: one writer broadcasts, N readers each read every message.
 
 The reference executor writes each request once, whatever the world size, and
-every worker reads it. Layout of the segment (little-endian u64 fields, but
-"awake until", a native double)::
+every worker reads it. Layout of the segment (all fields little-endian u64)::
 
     [header: magic, n_readers, n_slots, slot_size]          64 bytes
-    [reader r: chunks consumed, awake until]                64 bytes each
+    [reader r: chunks consumed]                             64 bytes each
     [slot k: seq, length, more | data (slot_size bytes)]    n_slots of these
 
 A message larger than a slot is split into consecutive chunks (``more`` = 1 on
@@ -16,12 +15,6 @@ own: ``write`` calls ``wait_for_space`` while it is full, and that callback
 decides how to wait and when to give up (say, when a reader died). Waking
 readers is the caller's business too (``notify``), so this module has no
 threads, no sockets, and no timing policy.
-
-"Awake until" is a reader's promise, on the ``time.monotonic()`` clock that
-every process of the machine shares: until then it is looking at the ring, and
-it looks once more after then before it sleeps. A writer that publishes a
-message and then sees the promise stand has no need to wake that reader. It is
-written and read as one aligned 8-byte word, so it is never seen half-written.
 """
 
 from __future__ import annotations
@@ -38,9 +31,6 @@ _MAGIC = 0x48524E5352494E47  # "HRNSRING"
 _U64 = struct.Struct("<Q")
 _SLOT_HDR = struct.Struct("<QQQ")
 _LENGTH_MORE = struct.Struct("<QQ")
-# Native: packed with one memcpy of 8 aligned bytes (the "<" formats go byte by byte).
-_AWAKE = struct.Struct("d")
-_AWAKE_OFFSET = 8  # in the reader's line
 _HEADER = 64
 _COUNTER_STRIDE = 64  # one cache line per reader: no false sharing between workers
 _SLOT_HDR_SIZE = 64
@@ -114,7 +104,6 @@ class RingWriter:
         struct.pack_into("<QQQQ", buf, 0, _MAGIC, n_readers, n_slots, slot_size)
         for r in range(n_readers):
             _U64.pack_into(buf, self.handle.counter_offset(r), 0)
-            _AWAKE.pack_into(buf, self.handle.counter_offset(r) + _AWAKE_OFFSET, 0.0)
         for k in range(n_slots):
             _SLOT_HDR.pack_into(buf, self.handle.slot_offset(k), 0, 0, 0)
         self._owner = True
@@ -134,10 +123,6 @@ class RingWriter:
         """Chunks each reader has consumed so far."""
         buf = self._live_buf()
         return [_U64.unpack_from(buf, self.handle.counter_offset(r))[0] for r in range(self.handle.n_readers)]
-
-    def awake_until(self, reader: int) -> float:
-        """Until when (``time.monotonic()``) ``reader`` promised to look at the ring."""
-        return float(_AWAKE.unpack_from(self._live_buf(), self.handle.counter_offset(reader) + _AWAKE_OFFSET)[0])
 
     def lagging_readers(self) -> list[int]:
         """Readers that hold up the slot the next chunk needs."""
@@ -250,14 +235,6 @@ class RingReader:
         self._slots = [handle.slot_offset(k) for k in range(handle.n_slots)]
         self._consumed = _U64.unpack_from(self._buf, self._counter_off)[0]
         self._partial: bytearray | None = None
-
-    def promise_awake_until(self, deadline: float) -> None:
-        """Tell the writer this reader looks at the ring until ``deadline``
-        (``time.monotonic()``), and once more after it before sleeping."""
-        buf = self._buf
-        if buf is None:
-            raise ValueError(f"ring {self.handle.name} is closed")
-        _AWAKE.pack_into(buf, self._counter_off + _AWAKE_OFFSET, deadline)
 
     def poll(self) -> bytes | bytearray | None:
         """The next whole message, or None if it is not (completely) there yet."""

@@ -34,12 +34,14 @@ from harness.futures import Reply
 from harness.shm import RingHandle, RingReader, RingWriter
 
 __all__ = [
+    "DRAIN_EVERY",
     "FAIL_INIT_ENV",
     "Request",
     "Worker",
     "WorkerSpec",
     "decode_reply",
     "decode_request",
+    "drain",
     "encode_reply",
     "encode_request",
     "init_distributed",
@@ -74,10 +76,10 @@ READY_CALL_ID = -2
 # Builds a Reply from its four fields without the generated __new__: half the
 # cost, on every reply, on both sides.
 _new_reply = tuple.__new__
-#: A writer skips the wake-up byte only while the reader's "awake until" promise
-#: (``harness.shm``) holds for this much longer: far more than a published
-#: message takes to become visible to another core.
-WAKE_MARGIN_S = 100e-6
+#: A side that spins does not drain its wake-up pipe; it does so after this many
+#: messages, or the pipe (64 KiB) would fill, and every wake-up written to it
+#: after that would raise BlockingIOError, on every call of a long run.
+DRAIN_EVERY = 4096
 
 
 class Request(NamedTuple):
@@ -227,8 +229,6 @@ class _ReplyChannel:
         self._write(encode_reply(reply), self._wait, self._wake_caller)
 
     def _notify(self) -> None:
-        if self._writer.awake_until(0) - WAKE_MARGIN_S > time.monotonic():
-            return  # the caller is looking at the ring, and will look again before it sleeps
         try:
             os.write(self._notify_fd, b"\0")
         except BlockingIOError:
@@ -299,27 +299,21 @@ def _serve(worker: Worker, reader: RingReader, wake_r: int, replies: _ReplyChann
     # Not select.select: the fd keeps the caller's number, which may exceed 1023.
     waiter = selectors.DefaultSelector()
     waiter.register(wake_r, selectors.EVENT_READ)
+    served = 0
     while True:
         raw = reader.poll()
         if raw is None and spin_s > 0:
             # Waking from a blocked read costs tens of microseconds on a loaded
             # machine; right after a call the next one is likely close, so look
             # at the ring for a short while first, yielding the core each time.
-            end = time.monotonic() + spin_s
-            reader.promise_awake_until(end)  # the caller skips the wake-up byte meanwhile
-            while raw is None and time.monotonic() < end:
+            end = time.perf_counter() + spin_s
+            while raw is None and time.perf_counter() < end:
                 os.sched_yield()
                 raw = reader.poll()
         if raw is None:
             # Drain the wake-ups before the second look: a request published after
-            # that look writes a fresh wake-up byte, so select cannot miss it. (A
-            # request whose wake-up byte the caller skipped is seen by this look:
-            # it was published while the promise held, and the promise has run out.)
-            try:
-                while os.read(wake_r, 4096):
-                    pass
-            except BlockingIOError:
-                pass
+            # that look writes a fresh wake-up byte, so select cannot miss it.
+            drain(wake_r)
             raw = reader.poll()
             if raw is None:
                 waiter.select()
@@ -336,6 +330,18 @@ def _serve(worker: Worker, reader: RingReader, wake_r: int, replies: _ReplyChann
         del raw, body
         replies.send(run_call(worker, call_id, request))
         os.sched_yield()  # the caller may share this core, and wait for this reply
+        served += 1
+        if served % DRAIN_EVERY == 0:
+            drain(wake_r)  # harmless at any time: the ring is looked at before any sleep
+
+
+def drain(fd: int) -> None:
+    """Read a non-blocking wake-up pipe empty."""
+    try:
+        while os.read(fd, 65536):
+            pass
+    except BlockingIOError:
+        pass
 
 
 def _destroy_process_group() -> None:

@@ -9,8 +9,9 @@ Data flow::
 
     wake-ups: after a call (a reply) each side looks at its ring for a while
     (10 ms on a worker, 1 ms in the caller, yielding the core between looks),
-    then sleeps on a pipe. A write sends a byte down the pipe only to a side
-    that may be asleep: one that has not promised to be looking (harness.shm).
+    then sleeps on a pipe; every message is followed by a byte down the pipe.
+    A side drains its pipe before it sleeps, and every 4096 messages while it
+    spins, so that the pipe never fills.
 
     monitor thread: blocks on the worker sentinels (no spinning); on a death it
     fails every pending call and runs the failure callbacks, once.
@@ -46,10 +47,11 @@ from harness.executors._group import Failure, GroupExecutor
 from harness.futures import FutureQueue, PendingCall, Reply
 from harness.shm import RingReader, RingWriter
 from harness.worker import (
+    DRAIN_EVERY,
     SHUTDOWN_CALL_ID,
-    WAKE_MARGIN_S,
     WorkerSpec,
     decode_reply,
+    drain,
     encode_request,
     request_header,
     worker_main,
@@ -101,6 +103,8 @@ class _Group:
         self.wake_conns: list[multiprocessing.connection.Connection] = []
         self.wake_fds: list[int] = []
         self._sending: PendingCall | None = None
+        self._undrained = 0  # replies since the notify pipe was last drained
+        self._notify_fd = -1
         self._wake = self.wake  # bound once: every call wakes the workers
         self.death_w: multiprocessing.connection.Connection | None = None
         self.notify_r: multiprocessing.connection.Connection | None = None
@@ -120,6 +124,7 @@ class _Group:
         death_r, self.death_w = ctx.Pipe(duplex=False)
         self.notify_r, notify_w = ctx.Pipe(duplex=False)
         os.set_blocking(self.notify_r.fileno(), False)
+        self._notify_fd = self.notify_r.fileno()
         child_ends: list[multiprocessing.connection.Connection] = [death_r, notify_w]
         for rank in range(cfg.world_size):
             spec = WorkerSpec(
@@ -193,13 +198,7 @@ class _Group:
     # ---- calls ------------------------------------------------------------
 
     def wake(self) -> None:
-        # Only the workers that may be asleep: one still spinning after its last
-        # call has promised to look at the ring (harness.shm, "awake until").
-        now = time.monotonic() + WAKE_MARGIN_S
-        awake_until = self.ring.awake_until
-        for rank, fd in enumerate(self.wake_fds):
-            if awake_until(rank) > now:
-                continue
+        for fd in self.wake_fds:
             try:
                 os.write(fd, b"\0")
             except (BlockingIOError, BrokenPipeError):
@@ -248,6 +247,12 @@ class _Group:
         for reader in self.reply_readers:
             while (raw := reader.poll()) is not None:
                 replies.append(decode_reply(raw))
+        if replies:
+            # Each reply wrote a wake-up byte that a spinning caller never reads.
+            self._undrained += len(replies)
+            if self._undrained >= DRAIN_EVERY:
+                drain(self._notify_fd)  # harmless: the rings are looked at before any sleep
+                self._undrained = 0
         return replies
 
     def _collect(self, timeout: float | None) -> tuple[list[Reply], list[int]]:
@@ -259,21 +264,16 @@ class _Group:
         if self.spin_s > 0:
             # A short spin before blocking: a reply due within microseconds is
             # taken without paying for a sleep and a wake-up.
-            end = time.monotonic() + (self.spin_s if timeout is None else min(self.spin_s, timeout))
-            for reader in self.reply_readers:
-                reader.promise_awake_until(end)  # the workers skip the wake-up byte meanwhile
-            while time.monotonic() < end:
+            end = time.perf_counter() + (self.spin_s if timeout is None else min(self.spin_s, timeout))
+            while time.perf_counter() < end:
                 os.sched_yield()  # let a worker that shares this core run
                 replies = self._poll_replies()
                 if replies:
                     return replies, []
         # Drain the wake-ups before the last look: a reply written after it sends
         # a fresh wake-up byte, so the select below cannot miss it.
-        try:
-            while os.read(self.notify_r.fileno(), 65536):
-                pass
-        except BlockingIOError:
-            pass
+        drain(self._notify_fd)
+        self._undrained = 0
         replies = self._poll_replies()
         if replies:
             return replies, []

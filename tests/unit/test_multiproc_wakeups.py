@@ -1,9 +1,11 @@
-"""``mp`` skips a wake-up byte only while the other side promised to be looking.
+"""``mp``'s wake-ups: no call is lost where a side stops spinning and sleeps.
 
-A skipped byte to a side that then sleeps would be a lost wake-up: the call
-would never complete. These calls land on both sides of the moment a promise
-runs out (a worker's 10 ms, the caller's 1 ms), where a wrong skip would show;
-each carries a timeout, so a lost wake-up fails as a timeout instead of hanging.
+After a call each side looks at its ring for a while (a worker 10 ms, the
+caller 1 ms), then drains its wake-up pipe, looks once more and sleeps. These
+calls land on both sides of the moment a spin ends, where a wake-up lost would
+show, and past the point where a spinning side drains its pipe
+(``DRAIN_EVERY``). Each carries a timeout, so a lost wake-up fails as a
+timeout instead of hanging.
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ import pytest
 from harness import probes
 from harness.contract import ExecutorConfig
 from harness.executors.multiproc import MultiprocExecutor
+from harness.worker import DRAIN_EVERY
 
 pytestmark = pytest.mark.timeout(120)
 
-# Seconds around each side's promise running out, and far from it.
+# Seconds around the end of each side's spin, and far from it.
 _AROUND = [0.0, 0.0005, 0.0009, 0.00095, 0.001, 0.00105, 0.0011, 0.002]
 _AROUND_WORKER = [0.0095, 0.0099, 0.00999, 0.01, 0.01001, 0.0101, 0.0105, 0.011, 0.02, 0.05]
 
@@ -31,7 +34,9 @@ def executor() -> Iterator[MultiprocExecutor]:
 
 
 @pytest.mark.parametrize("pause", _AROUND + _AROUND_WORKER)
-def test_a_call_after_a_pause_near_the_workers_promise_completes(executor: MultiprocExecutor, pause: float) -> None:
+def test_a_call_after_a_pause_near_the_end_of_the_workers_spin_completes(
+    executor: MultiprocExecutor, pause: float
+) -> None:
     for _ in range(5):
         executor.collective_rpc(probes.noop, timeout=10)
         time.sleep(pause)
@@ -39,14 +44,44 @@ def test_a_call_after_a_pause_near_the_workers_promise_completes(executor: Multi
 
 
 @pytest.mark.parametrize("work", _AROUND)
-def test_a_reply_near_the_end_of_the_callers_promise_completes(executor: MultiprocExecutor, work: float) -> None:
+def test_a_reply_near_the_end_of_the_callers_spin_completes(executor: MultiprocExecutor, work: float) -> None:
     for _ in range(5):
         assert executor.collective_rpc(probes.sleep, args=(work,), timeout=10) == [0, 1]
 
 
-def test_calls_in_flight_across_both_promises_complete_in_order(executor: MultiprocExecutor) -> None:
+def test_calls_in_flight_across_both_spins_complete_in_order(executor: MultiprocExecutor) -> None:
     futures = []
     for i, pause in enumerate(_AROUND + _AROUND_WORKER):
         futures.append((i, executor.collective_rpc(probes.echo_value, args=(i,), non_block=True, timeout=10)))
         time.sleep(pause)
     assert [f.result(timeout=10) for _, f in futures] == [[i, i] for i, _ in futures]
+
+
+def test_calls_past_the_drains_of_both_pipes_complete(executor: MultiprocExecutor) -> None:
+    """Enough calls back to back that both sides drain while spinning (a full
+    pipe would make every later wake-up raise), then a pause for both to sleep."""
+    for _ in range(DRAIN_EVERY + 10):
+        executor.collective_rpc(probes.noop, timeout=10)
+    time.sleep(0.05)
+    assert executor.collective_rpc("ping", timeout=10) == [0, 1]
+
+
+def _pending_bytes(fd: int) -> int:
+    import array
+    import fcntl
+    import termios
+
+    n = array.array("i", [0])
+    fcntl.ioctl(fd, termios.FIONREAD, n)
+    return n[0]
+
+
+def test_a_spinning_side_keeps_its_wake_up_pipe_from_filling(executor: MultiprocExecutor) -> None:
+    group = executor._group  # mp's own pipes: this is a test of mp, not of SPEC.md
+    for _ in range(3 * DRAIN_EVERY):
+        executor.collective_rpc(probes.noop, timeout=10)
+    # One byte per call to each worker, one per reply to the caller: without the
+    # drains, 3 * DRAIN_EVERY of each would be waiting.
+    assert _pending_bytes(group.notify_r.fileno()) <= 2 * DRAIN_EVERY
+    for fd in group.wake_fds:
+        assert _pending_bytes(fd) <= DRAIN_EVERY
