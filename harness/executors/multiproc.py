@@ -11,7 +11,9 @@ Data flow::
     (10 ms on a worker, 1 ms in the caller, yielding the core between looks),
     then sleeps on a pipe; every message is followed by a byte down the pipe.
     A side drains its pipe before it sleeps, and every 4096 messages while it
-    spins, so that the pipe never fills.
+    spins, so that the pipe never fills. Right after it publishes a call (a
+    reply) a side yields its core: with more processes than cores, the one
+    that shares the core and waits for that message runs sooner.
 
     monitor thread: blocks on the worker sentinels (no spinning); on a death it
     fails every pending call and runs the failure callbacks, once.
