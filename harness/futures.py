@@ -164,16 +164,7 @@ class FutureQueue:
     def wait(self, call: PendingCall) -> Any:
         """Drive until ``call`` is settled; its value, or raise its error."""
         try:
-            # The common case first: no other thread drives and no call has a
-            # deadline, so there is nothing to take turns on or to expire.
-            if not self._timed and self.lock.acquire(blocking=False):
-                try:
-                    while not call.settled and not self._timed:
-                        self._pump_locked(None)
-                finally:
-                    self.lock.release()
-            if not call.settled:
-                self.drive(call, None)
+            self.drive(call, None)
         except Exception:
             if not call.settled:
                 raise
@@ -201,7 +192,8 @@ class FutureQueue:
     def _drive_locked(self, target: PendingCall, end: float | None) -> None:
         while not target.finished():
             if end is None and not self._timed:
-                self.pump(None)
+                # The common case: no call has a deadline, nothing to expire.
+                self._pump_locked(None)
                 continue
             self._expire(time.monotonic())
             if target.finished():
@@ -266,7 +258,7 @@ class FutureQueue:
         calls = self._calls
         while calls:
             head = next(iter(calls.values()))
-            if len(head.replies) != head.world_size:
+            if not head.complete:
                 return
             del calls[head.call_id]
             if head.abandoned:

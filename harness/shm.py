@@ -79,9 +79,9 @@ class RingWriter:
     def attach(cls, handle: RingHandle) -> RingWriter:
         self = cls.__new__(cls)
         self.handle = handle
-        self._shm = shared_memory.SharedMemory(name=handle.name, create=False)
+        shm = self._shm = shared_memory.SharedMemory(name=handle.name, create=False)
         self._owner = False
-        self._init_cursor()
+        self._init_cursor(shm)
         return self
 
     def __init__(self, n_readers: int, n_slots: int = 32, slot_size: int = 128 * 1024) -> None:
@@ -97,20 +97,19 @@ class RingWriter:
         name = NAME_PREFIX + secrets.token_hex(8)
         self.handle = RingHandle(name, n_readers, n_slots, slot_size)
         # SharedMemory creates the segment with mode 0600: private to the user (C23).
-        self._shm: shared_memory.SharedMemory | None = shared_memory.SharedMemory(
-            name=name, create=True, size=self.handle.nbytes
-        )
-        buf = buffer_of(self._shm)
+        shm = shared_memory.SharedMemory(name=name, create=True, size=self.handle.nbytes)
+        self._shm: shared_memory.SharedMemory | None = shm
+        buf = buffer_of(shm)
         struct.pack_into("<QQQQ", buf, 0, _MAGIC, n_readers, n_slots, slot_size)
         for r in range(n_readers):
             _U64.pack_into(buf, self.handle.counter_offset(r), 0)
         for k in range(n_slots):
             _SLOT_HDR.pack_into(buf, self.handle.slot_offset(k), 0, 0, 0)
         self._owner = True
-        self._init_cursor()
+        self._init_cursor(shm)
 
-    def _init_cursor(self) -> None:
-        self._buf: memoryview | None = buffer_of(self._shm) if self._shm is not None else None
+    def _init_cursor(self, shm: shared_memory.SharedMemory) -> None:
+        self._buf: memoryview | None = buffer_of(shm)
         self._slots = [self.handle.slot_offset(k) for k in range(self.handle.n_slots)]
         self._next_chunk = 0
         self._min_consumed = 0

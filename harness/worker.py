@@ -219,14 +219,10 @@ class _ReplyChannel:
         self._writer = RingWriter.attach(ring)
         self._notify_fd = notify_fd
         self._backoff = 0.0
-        # Bound once: a reply goes out on every call.
-        self._write = self._writer.write
-        self._wait = self._wait_for_space
-        self._wake_caller = self._notify
 
     def send(self, reply: Reply) -> None:
         self._backoff = 0.0
-        self._write(encode_reply(reply), self._wait, self._wake_caller)
+        self._writer.write(encode_reply(reply), self._wait_for_space, self._notify)
 
     def _notify(self) -> None:
         try:

@@ -107,7 +107,6 @@ class _Group:
         self._sending: PendingCall | None = None
         self._undrained = 0  # replies since the notify pipe was last drained
         self._notify_fd = -1
-        self._wake = self.wake  # bound once: every call wakes the workers
         self.death_w: multiprocessing.connection.Connection | None = None
         self.notify_r: multiprocessing.connection.Connection | None = None
         self.monitor: threading.Thread | None = None
@@ -214,7 +213,7 @@ class _Group:
         before = self.ring.chunks_written
         self._sending = call
         try:
-            self.ring.write(body, self._wait_for_space, self._wake, prefix=request_header(call.call_id))
+            self.ring.write(body, self._wait_for_space, self.wake, prefix=request_header(call.call_id))
         except BaseException as exc:
             queue, name, timeout = self.queue, call.method, call.timeout
             if self.ring.chunks_written != before:

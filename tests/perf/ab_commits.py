@@ -33,24 +33,19 @@ from harness.perf.stats import SLOWER, compare
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# What `harness bench --backend` measures, with the tree's own harness.
 _MEASURE = textwrap.dedent(
     """
-    import statistics, sys
+    import sys
     import harness
-    from harness import probes
-    from harness.backends import load_backend
-    from harness.contract import ExecutorConfig
-    from harness.perf.workloads import time_calls
+    from harness.bench import measure_backend
 
     if __name__ == "__main__":
         backend, world_size, start_method, where = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
         if not harness.__file__.startswith(where):
             sys.exit(f"imported harness from {harness.__file__}, not from {where}")
-        config = ExecutorConfig(world_size, start_method=start_method)
-        with load_backend(backend).factory(config) as ex:
-            ex.collective_rpc(probes.noop)
-            seconds = time_calls(lambda: ex.collective_rpc(probes.noop), 3000, 300)
-        print(statistics.median(seconds))
+        result = measure_backend(f"{backend}@start_method={start_method}", world_size, 3000, 300)
+        print(result.median_us * 1e-6)
     """
 )
 
