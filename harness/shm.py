@@ -4,7 +4,7 @@ The reference executor writes each request once, whatever the world size, and
 every worker reads it. Layout of the segment (all fields little-endian u64)::
 
     [header: magic, n_readers, n_slots, slot_size]          64 bytes
-    [reader r: chunks consumed]                             64 bytes each
+    [reader r: chunks consumed, asleep]                     64 bytes each
     [slot k: seq, length, more | data (slot_size bytes)]    n_slots of these
 
 A message larger than a slot is split into consecutive chunks (``more`` = 1 on
@@ -14,7 +14,9 @@ reader's counter has passed its previous chunk. The ring never blocks on its
 own: ``write`` calls ``wait_for_space`` while it is full, and that callback
 decides how to wait and when to give up (say, when a reader died). Waking
 readers is the caller's business too (``notify``), so this module has no
-threads, no sockets, and no timing policy.
+threads, no sockets, and no timing policy. It only keeps, per reader, a flag
+the reader raises while it sleeps (``set_asleep``), which the writer reads
+(``reader_asleep``), so that a writer wakes only a reader that may need it.
 """
 
 from __future__ import annotations
@@ -63,6 +65,9 @@ class RingHandle:
     def counter_offset(self, reader: int) -> int:
         return _HEADER + reader * _COUNTER_STRIDE
 
+    def asleep_offset(self, reader: int) -> int:
+        return self.counter_offset(reader) + 8
+
     def slot_offset(self, slot: int) -> int:
         return _HEADER + self.n_readers * _COUNTER_STRIDE + slot * (_SLOT_HDR_SIZE + self.slot_size)
 
@@ -103,6 +108,7 @@ class RingWriter:
         struct.pack_into("<QQQQ", buf, 0, _MAGIC, n_readers, n_slots, slot_size)
         for r in range(n_readers):
             _U64.pack_into(buf, self.handle.counter_offset(r), 0)
+            _U64.pack_into(buf, self.handle.asleep_offset(r), 0)
         for k in range(n_slots):
             _SLOT_HDR.pack_into(buf, self.handle.slot_offset(k), 0, 0, 0)
         self._owner = True
@@ -111,6 +117,7 @@ class RingWriter:
     def _init_cursor(self, shm: shared_memory.SharedMemory) -> None:
         self._buf: memoryview | None = buffer_of(shm)
         self._slots = [self.handle.slot_offset(k) for k in range(self.handle.n_slots)]
+        self._asleep = [self.handle.asleep_offset(r) for r in range(self.handle.n_readers)]
         self._next_chunk = 0
         self._min_consumed = 0
 
@@ -122,6 +129,10 @@ class RingWriter:
         """Chunks each reader has consumed so far."""
         buf = self._live_buf()
         return [_U64.unpack_from(buf, self.handle.counter_offset(r))[0] for r in range(self.handle.n_readers)]
+
+    def reader_asleep(self, reader: int) -> bool:
+        """Whether ``reader`` has raised its flag (``RingReader.set_asleep``)."""
+        return bool(_U64.unpack_from(self._live_buf(), self._asleep[reader])[0])
 
     def lagging_readers(self) -> list[int]:
         """Readers that hold up the slot the next chunk needs."""
@@ -230,6 +241,7 @@ class RingReader:
         ):
             raise ValueError(f"segment {handle.name} is not a ring matching {handle}")
         self._counter_off = handle.counter_offset(index)
+        self._asleep_off = handle.asleep_offset(index)
         self._buf: memoryview | None = buffer_of(self._shm)
         self._slots = [handle.slot_offset(k) for k in range(handle.n_slots)]
         self._consumed = _U64.unpack_from(self._buf, self._counter_off)[0]
@@ -265,6 +277,13 @@ class RingReader:
                 whole, self._partial = self._partial, None
                 return whole
             return chunk
+
+    def set_asleep(self, asleep: bool) -> None:
+        """Raise (or lower) this reader's flag: the writer sees it in ``reader_asleep``."""
+        buf = self._buf
+        if buf is None:
+            raise ValueError(f"ring {self.handle.name} is closed")
+        _U64.pack_into(buf, self._asleep_off, 1 if asleep else 0)
 
     def close(self) -> None:
         self._buf = None

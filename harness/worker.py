@@ -6,8 +6,9 @@ A worker process (started by the ``mp`` executor) does, in order::
                        shutdown) ends the process at once, even mid-call (C13)
     start up         ─ env, fault injection (C22), torch.distributed on a file
                        store (no listening store socket, C23), report ready
-    loop             ─ wait for the wake-up pipe, read the request ring, run the
-                       call, send the reply on this rank's pipe, in order
+    loop             ─ read the request ring (looking for 10 ms after a call,
+                       then sleeping on the wake-up pipe), run the call, write
+                       the reply to this rank's reply ring, in order
 
 Calls run one at a time in request order, so each rank's replies come back in
 submission order; each reply names its call id.
@@ -34,7 +35,6 @@ from harness.futures import Reply
 from harness.shm import RingHandle, RingReader, RingWriter
 
 __all__ = [
-    "DRAIN_EVERY",
     "FAIL_INIT_ENV",
     "Request",
     "Worker",
@@ -76,10 +76,6 @@ READY_CALL_ID = -2
 # Builds a Reply from its four fields without the generated __new__: half the
 # cost, on every reply, on both sides.
 _new_reply = tuple.__new__
-#: A side that spins does not drain its wake-up pipe; it does so after this many
-#: messages, or the pipe (64 KiB) would fill, and every wake-up written to it
-#: after that would raise BlockingIOError, on every call of a long run.
-DRAIN_EVERY = 4096
 
 
 class Request(NamedTuple):
@@ -225,10 +221,15 @@ class _ReplyChannel:
         self._writer.write(encode_reply(reply), self._wait_for_space, self._notify)
 
     def _notify(self) -> None:
-        try:
-            os.write(self._notify_fd, b"\0")
-        except BlockingIOError:
-            pass  # the pipe is full of wake-ups already: the caller will look
+        # Yield first: the caller may share this core and wait for this reply.
+        # The yield is also the fence of the handshake (harness.executors.multiproc):
+        # the reply is visible before the caller's flag is read.
+        os.sched_yield()
+        if self._writer.reader_asleep(0):
+            try:
+                os.write(self._notify_fd, b"\0")
+            except BlockingIOError:
+                pass  # the pipe is full of wake-ups already: the caller will look
 
     def _wait_for_space(self) -> None:
         # The caller is not reading replies (it will, when it next waits). Sleep
@@ -295,7 +296,6 @@ def _serve(worker: Worker, reader: RingReader, wake_r: int, replies: _ReplyChann
     # Not select.select: the fd keeps the caller's number, which may exceed 1023.
     waiter = selectors.DefaultSelector()
     waiter.register(wake_r, selectors.EVENT_READ)
-    served = 0
     while True:
         raw = reader.poll()
         if raw is None and spin_s > 0:
@@ -307,12 +307,16 @@ def _serve(worker: Worker, reader: RingReader, wake_r: int, replies: _ReplyChann
                 os.sched_yield()
                 raw = reader.poll()
         if raw is None:
-            # Drain the wake-ups before the second look: a request published after
-            # that look writes a fresh wake-up byte, so select cannot miss it.
-            drain(wake_r)
+            # Raise the flag, drain the wake-ups, look once more, sleep: a request
+            # published after that look finds the flag raised and writes a fresh
+            # wake-up byte, so select cannot miss it.
+            reader.set_asleep(True)
+            drain(wake_r)  # a syscall: the fence between the flag and the look
             raw = reader.poll()
             if raw is None:
                 waiter.select()
+            reader.set_asleep(False)
+            if raw is None:
                 continue
         call_id, body = decode_request(raw)
         if call_id == SHUTDOWN_CALL_ID:
@@ -325,10 +329,6 @@ def _serve(worker: Worker, reader: RingReader, wake_r: int, replies: _ReplyChann
             continue
         del raw, body
         replies.send(run_call(worker, call_id, request))
-        os.sched_yield()  # the caller may share this core, and wait for this reply
-        served += 1
-        if served % DRAIN_EVERY == 0:
-            drain(wake_r)  # harmless at any time: the ring is looked at before any sleep
 
 
 def drain(fd: int) -> None:

@@ -9,11 +9,19 @@ Data flow::
 
     wake-ups: after a call (a reply) each side looks at its ring for a while
     (10 ms on a worker, 1 ms in the caller, yielding the core between looks),
-    then sleeps on a pipe; every message is followed by a byte down the pipe.
-    A side drains its pipe before it sleeps, and every 4096 messages while it
-    spins, so that the pipe never fills. Right after it publishes a call (a
-    reply) a side yields its core: with more processes than cores, the one
-    that shares the core and waits for that message runs sooner.
+    then sleeps on a pipe. A byte goes down the pipe only to a side that
+    sleeps, as this handshake decides (a lost wake-up would hang a call):
+
+        sleeper: raise its flag (in the ring) ─ drain its pipe ─ look at the ring ─ sleep
+        sender:  publish the message ─ yield the core ─ flag raised? write a byte
+
+    Each side's middle step is a system call that takes a lock in the kernel
+    (a pipe's, the run queue's): on x86-64 a full fence. So either the
+    sender sees the flag and the byte wakes the sleeper, or the sleeper's
+    look finds the message. A side that spins gets no bytes, and spends no
+    system call on them. The yield after publishing also hands the core over:
+    with more processes than cores, the one that shares the core and waits
+    for that message runs sooner.
 
     monitor thread: blocks on the worker sentinels (no spinning); on a death it
     fails every pending call and runs the failure callbacks, once.
@@ -49,7 +57,6 @@ from harness.executors._group import Failure, GroupExecutor
 from harness.futures import FutureQueue, PendingCall, Reply
 from harness.shm import RingReader, RingWriter
 from harness.worker import (
-    DRAIN_EVERY,
     SHUTDOWN_CALL_ID,
     WorkerSpec,
     decode_reply,
@@ -105,7 +112,6 @@ class _Group:
         self.wake_conns: list[multiprocessing.connection.Connection] = []
         self.wake_fds: list[int] = []
         self._sending: PendingCall | None = None
-        self._undrained = 0  # replies since the notify pipe was last drained
         self._notify_fd = -1
         self.death_w: multiprocessing.connection.Connection | None = None
         self.notify_r: multiprocessing.connection.Connection | None = None
@@ -199,14 +205,20 @@ class _Group:
     # ---- calls ------------------------------------------------------------
 
     def wake(self) -> None:
-        for fd in self.wake_fds:
-            try:
-                os.write(fd, b"\0")
-            except (BlockingIOError, BrokenPipeError):
-                pass  # a wake-up is already pending, or the worker is gone (its sentinel says so)
-        # Hand the core over now, not after the bookkeeping on the way to the wait:
-        # where a worker shares the caller's core, it starts the call sooner.
+        """Called after each chunk written to the request ring: yield the core,
+        then wake the workers that sleep."""
+        # Hand the core over now, not after the bookkeeping on the way to the
+        # wait: where a worker shares the caller's core, it starts the call
+        # sooner. The yield is also the fence of the handshake (module docstring):
+        # the ring's stores are visible before the flags are read.
         os.sched_yield()
+        ring = self.ring
+        for rank, fd in enumerate(self.wake_fds):
+            if ring.reader_asleep(rank):
+                try:
+                    os.write(fd, b"\0")
+                except (BlockingIOError, BrokenPipeError):
+                    pass  # a wake-up is already pending, or the worker is gone (its sentinel says so)
 
     def send(self, call: PendingCall, body: bytes) -> None:
         """Write one registered call into the request ring (under the queue lock)."""
@@ -248,12 +260,6 @@ class _Group:
         for reader in self.reply_readers:
             while (raw := reader.poll()) is not None:
                 replies.append(decode_reply(raw))
-        if replies:
-            # Each reply wrote a wake-up byte that a spinning caller never reads.
-            self._undrained += len(replies)
-            if self._undrained >= DRAIN_EVERY:
-                drain(self._notify_fd)  # harmless: the rings are looked at before any sleep
-                self._undrained = 0
         return replies
 
     def _collect(self, timeout: float | None) -> tuple[list[Reply], list[int]]:
@@ -271,14 +277,19 @@ class _Group:
                 replies = self._poll_replies()
                 if replies:
                     return replies, []
-        # Drain the wake-ups before the last look: a reply written after it sends
-        # a fresh wake-up byte, so the select below cannot miss it.
-        drain(self._notify_fd)
-        self._undrained = 0
-        replies = self._poll_replies()
-        if replies:
-            return replies, []
-        events = [key.data for key, _ in self.selector.select(timeout)]
+        # Raise the flags, drain the wake-ups, look once more, sleep: a reply
+        # written after that look finds a flag raised and sends a fresh byte.
+        for reader in self.reply_readers:
+            reader.set_asleep(True)
+        try:
+            drain(self._notify_fd)  # a syscall: the fence between the flags and the look
+            replies = self._poll_replies()
+            if replies:
+                return replies, []
+            events = [key.data for key, _ in self.selector.select(timeout)]
+        finally:
+            for reader in self.reply_readers:
+                reader.set_asleep(False)
         if ("stop", -1) in events:
             raise ExecutorShutdownError("the executor was shut down while the call was waiting")
         dead = [rank for kind, rank in events if kind == "exit"]

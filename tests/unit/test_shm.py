@@ -396,6 +396,32 @@ def test_lagging_readers_is_empty_while_there_is_space(rings: Rings) -> None:
     assert w.lagging_readers() == [0, 1]
 
 
+def test_the_writer_sees_each_readers_asleep_flag_and_only_its_own(rings: Rings) -> None:
+    w = rings.writer(n_readers=3)
+    _r0, r1, r2 = rings.readers_of(w)
+    assert [w.reader_asleep(r) for r in range(3)] == [False, False, False]
+    r1.set_asleep(True)
+    assert [w.reader_asleep(r) for r in range(3)] == [False, True, False]
+    # The flag shares the reader's line with its counter: reading moves one, not the other.
+    w.write(b"m", _no_wait)
+    assert r1.poll() == b"m"
+    assert [w.reader_asleep(r) for r in range(3)] == [False, True, False]
+    assert w.consumed() == [0, 1, 0]
+    r1.set_asleep(False)
+    r2.set_asleep(True)
+    assert [w.reader_asleep(r) for r in range(3)] == [False, False, True]
+    # A writer attached in another process sees the same flags.
+    assert rings.attach_writer(w.handle).reader_asleep(2)
+
+
+def test_a_closed_reader_cannot_raise_its_flag(rings: Rings) -> None:
+    w = rings.writer(n_readers=1)
+    (r,) = rings.readers_of(w)
+    r.close()
+    with pytest.raises(ValueError, match=w.handle.name):
+        r.set_asleep(True)
+
+
 # --------------------------------------------------------------------------- segment life
 
 
