@@ -118,6 +118,8 @@ class RingWriter:
         self._buf: memoryview | None = buffer_of(shm)
         self._slots = [self.handle.slot_offset(k) for k in range(self.handle.n_slots)]
         self._asleep = [self.handle.asleep_offset(r) for r in range(self.handle.n_readers)]
+        self._n_slots = self.handle.n_slots
+        self._slot_size = self.handle.slot_size
         self._next_chunk = 0
         self._min_consumed = 0
 
@@ -132,7 +134,10 @@ class RingWriter:
 
     def reader_asleep(self, reader: int) -> bool:
         """Whether ``reader`` has raised its flag (``RingReader.set_asleep``)."""
-        return bool(_U64.unpack_from(self._live_buf(), self._asleep[reader])[0])
+        buf = self._buf  # not _live_buf(): this runs after every message
+        if buf is None:
+            raise ValueError(f"ring {self.handle.name} is closed")
+        return bool(_U64.unpack_from(buf, self._asleep[reader])[0])
 
     def lagging_readers(self) -> list[int]:
         """Readers that hold up the slot the next chunk needs."""
@@ -158,18 +163,22 @@ class RingWriter:
         Calls ``wait_for_space`` while the ring is full and ``notify`` after
         each chunk; an exception from either aborts the write (and leaves the
         ring unusable: a reader may hold half a message)."""
-        buf = self._live_buf()
+        buf = self._buf
+        if buf is None:
+            raise ValueError(f"ring {self.handle.name} is closed")
         head = len(prefix)
-        if type(data) is bytes and head + len(data) <= self.handle.slot_size:
+        if type(data) is bytes and head + len(data) <= self._slot_size:
             # One chunk: what almost every call and reply is. Kept apart from the
             # general loop below because it runs on every call, both ways.
-            while not self.has_space():
-                wait_for_space()
             seq = self._next_chunk
-            off = self._slots[seq % self.handle.n_slots]
+            if self._min_consumed < seq - self._n_slots + 1:
+                while not self.has_space():
+                    wait_for_space()
+            off = self._slots[seq % self._n_slots]
             pos = off + _SLOT_HDR_SIZE
             end = pos + head + len(data)
-            buf[pos : pos + head] = prefix
+            if head:
+                buf[pos : pos + head] = prefix
             buf[pos + head : end] = data
             _LENGTH_MORE.pack_into(buf, off + 8, end - pos, 0)
             _U64.pack_into(buf, off, seq + 1)  # publish last

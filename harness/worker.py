@@ -177,6 +177,7 @@ def error_reply(rank: int, call_id: int, exc: BaseException) -> Reply:
 # no pickling on either side. (Pickles of protocol 2 and later start with 0x80.)
 _NONE_REPLY = struct.Struct("<cqq")
 _NONE_MARK = b"N"
+_NONE_MARK_BYTE = _NONE_MARK[0]
 
 
 def encode_reply(reply: Reply) -> bytes:
@@ -192,7 +193,7 @@ def encode_reply(reply: Reply) -> bytes:
 
 def decode_reply(raw: bytes | bytearray) -> Reply:
     """The reply ``encode_reply`` wrote."""
-    if raw[:1] == _NONE_MARK:
+    if raw[0] == _NONE_MARK_BYTE:
         _, rank, call_id = _NONE_REPLY.unpack(raw)
         return _new_reply(Reply, (rank, call_id, None, None))
     return _new_reply(Reply, pickle.loads(raw))

@@ -256,9 +256,13 @@ class _Group:
         self.queue.pump(_RING_FULL_WAIT_S)
 
     def _poll_replies(self) -> list[Reply]:
+        # One reply per rank at most: a call needs one from each, and a second
+        # look at every ring, which almost always finds nothing, would cost as
+        # much as taking the replies. Later ones wait for the next look.
         replies = []
         for reader in self.reply_readers:
-            while (raw := reader.poll()) is not None:
+            raw = reader.poll()
+            if raw is not None:
                 replies.append(decode_reply(raw))
         return replies
 
