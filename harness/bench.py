@@ -9,7 +9,10 @@ Measured in one run, so that ratios hold on a shared, noisy machine:
 - any backend (``mp`` by default): ``collective_rpc("ping")``... or rather an
   empty module-level callable, which every backend must run.
 
-Also measured: the caller's CPU use while an executor sits idle (C19).
+Also measured: the CPU an idle executor uses (C19): the caller's process, and
+its descendants (the workers, wherever a backend starts them under the
+caller, as ``mp``, vLLM and a local Ray cluster do), so that a worker which
+spins while no call is pending shows.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from harness.perf.runner import parse_side
 from harness.perf.workloads import time_calls
 from harness.shm import buffer_of
 
-__all__ = ["LatencyResult", "idle_cpu", "measure_backend", "measure_floor", "measure_naive", "run"]
+__all__ = ["IdleCPU", "LatencyResult", "idle_cpu", "measure_backend", "measure_floor", "measure_naive", "run"]
 
 
 @dataclass
@@ -210,18 +213,48 @@ def measure_backend(backend: str, world_size: int, iters: int, warmup: int) -> L
     return result
 
 
-def idle_cpu(backend: str, world_size: int, seconds: float) -> float:
-    """Percent of one core the caller's process uses while the executor sits idle."""
+@dataclass
+class IdleCPU:
+    """Percent of one core used while an executor sat idle."""
+
+    caller: float
+    #: The caller's descendant processes together (its workers, for most backends).
+    descendants: float
+    n_descendants: int
+
+
+def idle_cpu(backend: str, world_size: int, seconds: float) -> IdleCPU:
+    """The CPU an executor uses while it sits idle, after one call and a settling pause."""
+    import psutil
+
     side = parse_side(backend, "--backend")
     loaded = load_backend(side.spec)
+    me = psutil.Process()
     with loaded.factory(side.config(world_size)) as ex:
         ex.collective_rpc(probes.noop)
-        time.sleep(0.2)
+        time.sleep(0.2)  # past any spin after the call (mp's workers: 10 ms)
+        procs = me.children(recursive=True)
+        before = _cpu_seconds(procs)
         t0 = time.monotonic()
         c0 = time.process_time()
         time.sleep(seconds)
         used = time.process_time() - c0
-        return 100.0 * used / (time.monotonic() - t0)
+        workers = _cpu_seconds(procs) - before
+        elapsed = time.monotonic() - t0
+        return IdleCPU(100.0 * used / elapsed, 100.0 * workers / elapsed, len(procs))
+
+
+def _cpu_seconds(procs: list[Any]) -> float:
+    import psutil
+
+    total = 0.0
+    for proc in procs:
+        try:
+            times = proc.cpu_times()
+        except psutil.Error:  # gone meanwhile: its time is not the idle executor's
+            continue
+        total += times.user + times.system
+    return total
 
 
 def run(
@@ -257,8 +290,12 @@ def run(
             )
     idle = {}
     for b in backends:
-        idle[b] = idle_cpu(b, max(world_sizes), idle_s)
-        out(f"idle caller CPU ({b}, ws={max(world_sizes)}, {idle_s:g} s): {idle[b]:.2f} % of one core")
+        found = idle_cpu(b, max(world_sizes), idle_s)
+        idle[b] = asdict(found)
+        out(
+            f"idle CPU ({b}, ws={max(world_sizes)}, {idle_s:g} s): caller {found.caller:.2f} % of one core, "
+            f"its {found.n_descendants} descendant processes {found.descendants:.2f} %"
+        )
     return {
         "results": [asdict(r) for r in results],
         "ratios": ratios,

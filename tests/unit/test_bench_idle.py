@@ -1,0 +1,31 @@
+"""``harness bench``'s idle figures: an executor that sits idle uses no CPU,
+in the caller (C19) or in its workers, and a worker that spins while idle shows."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.bench import idle_cpu
+from harness.contract import ExecutorConfig
+from harness.executors.multiproc import MultiprocExecutor
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def spinning_workers(config: ExecutorConfig) -> MultiprocExecutor:
+    """``mp`` whose workers look at their ring for a minute after each call."""
+    return MultiprocExecutor(config, worker_spin_s=60.0)
+
+
+def test_an_idle_mp_uses_no_cpu_in_the_caller_or_the_workers() -> None:
+    idle = idle_cpu("mp@start_method=fork", 2, 1.0)
+    assert idle.n_descendants >= 2  # both workers were measured
+    assert idle.caller < 5.0
+    assert idle.descendants < 5.0
+
+
+def test_workers_that_spin_while_idle_show_in_the_descendants_figure() -> None:
+    idle = idle_cpu(f"{__name__}:spinning_workers@start_method=fork", 2, 1.0)
+    # Two workers yielding in a loop on two cores: well over half a core.
+    assert idle.descendants > 50.0
+    assert idle.caller < 5.0
