@@ -210,7 +210,7 @@ def _watch_parent(death_fd: int) -> None:
 
 
 class _ReplyChannel:
-    """This rank's reply ring, plus a wake-up byte for the caller after each reply."""
+    """This rank's reply ring; after each reply, a wake-up byte if the caller sleeps."""
 
     def __init__(self, ring: RingHandle, notify_fd: int) -> None:
         self._writer = RingWriter.attach(ring)
