@@ -12,7 +12,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-vllm conform test test-core test-vllm vllm-report lint bench gpu-test gpu-test-vllm
+.PHONY: install install-vllm install-compat conform test test-core test-vllm vllm-report lint bench gpu-test gpu-test-vllm
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -85,9 +85,28 @@ conform: $(STAMP)
 ## The tests: the simulated tier (CPU workers on gloo), then vLLM's executors.
 test: test-core test-vllm
 
+## What a user's environment may pair harness with, at the floor of its pytest range:
+## harness from a wheel, in a fresh venv, beside pytest 7.4 (pyproject.toml's
+## floor), pytest-xdist and pytest-forked (which fails on pytest 9.2 by itself:
+## it cannot marshal 9.2's reports), and the rest of harness's requirements but
+## torch: a plain test file needs none.
+## tests/meta/test_other_plugins.py runs plain files there (HARNESS_COMPAT_PYTHON).
+COMPAT_VENV := .venv-compat
+COMPAT_STAMP := $(COMPAT_VENV)/.installed
+COMPAT_PINS ?= pytest==7.4.4 pytest-xdist==3.8.0 pytest-forked==1.7.5 pytest-timeout==2.4.0 psutil numpy
+$(COMPAT_STAMP): pyproject.toml setup.py Makefile docs/SPEC.md docs/implementers.md
+	rm -rf $(COMPAT_VENV)
+	$(PYTHON) -m venv $(COMPAT_VENV)
+	$(COMPAT_VENV)/bin/python -m pip install -q $(COMPAT_PINS)
+	$(COMPAT_VENV)/bin/python -m pip wheel -q --no-deps -w $(COMPAT_VENV)/wheel .
+	$(COMPAT_VENV)/bin/python -m pip install -q --no-deps $(COMPAT_VENV)/wheel/*.whl
+	touch $(COMPAT_STAMP)
+
+install-compat: $(COMPAT_STAMP)
+
 ## The tests without vLLM (no 3.5 GB install): unit, meta, and the suite for every built-in backend.
-test-core: $(STAMP)
-	$(BIN)/python -m pytest -m "not gpu"
+test-core: $(STAMP) $(COMPAT_STAMP)
+	HARNESS_COMPAT_PYTHON=$(CURDIR)/$(COMPAT_VENV)/bin/python $(BIN)/python -m pytest -m "not gpu"
 
 lint: $(STAMP)
 	$(BIN)/ruff check harness tests docs/vllm/make_report.py

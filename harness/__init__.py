@@ -3,6 +3,7 @@
 The public API: the contract of docs/SPEC.md and backend loading.
 """
 
+from harness._stacks import register_from_env as register_stacks
 from harness.backends import BackendUnavailableError, LoadedBackend, available_backends, load_backend
 from harness.contract import (
     CLAUSES,
@@ -34,6 +35,7 @@ __all__ = [
     "WorkerInitError",
     "available_backends",
     "load_backend",
+    "register_stacks",
 ]
 
 __version__ = "0.1.0"

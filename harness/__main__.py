@@ -1,8 +1,9 @@
-"""Command line: ``python -m harness conform …`` and ``python -m harness bench …``."""
+"""Command line: ``python -m harness conform …``, ``bench …`` and ``docs``."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections.abc import Sequence
@@ -19,7 +20,6 @@ def _version() -> str:
 def _conform(args: argparse.Namespace, pytest_args: list[str]) -> int:
     """Run the portable suite in a fresh pytest, whatever the current folder holds."""
     import os
-    import subprocess
 
     import harness.conformance as suite
 
@@ -54,6 +54,7 @@ def _conform(args: argparse.Namespace, pytest_args: list[str]) -> int:
         "report_json": "--harness-report-json",
         "report_md": "--harness-report-md",
         "timeout": "--harness-timeout",
+        "jobs": "--harness-jobs",
         "require_gpus": "--harness-require-gpus",
         "seed": "--harness-seed",
         "k": "-k",
@@ -71,7 +72,50 @@ def _conform(args: argparse.Namespace, pytest_args: list[str]) -> int:
         # Each test named as it starts: a long run shows where it is (and the
         # plugin names a test still running every 30 s).
         argv.append("-v")
-    return subprocess.call(argv + extra)
+    return run_pytest(argv + extra)
+
+
+def run_pytest(argv: list[str]) -> int:
+    """Run ``argv`` (a pytest) to its end, whatever signal this process gets.
+
+    pytest runs in a process group of its own, so that a Ctrl-C at the
+    terminal reaches it once, from here, rather than twice (a second
+    KeyboardInterrupt would cut short the reports its first one writes).
+    SIGINT, SIGTERM and SIGHUP to this process go to pytest as SIGINT: it stops
+    at the running test, kills that test's processes, prints the partial matrix
+    and writes its reports; this process waits for that and exits with its
+    status, with no traceback of its own. Should this process be SIGKILLed,
+    pytest gets SIGINT from the kernel (``PR_SET_PDEATHSIG``): no orphan."""
+    import signal
+    import subprocess
+
+    received: list[int] = []
+
+    def forward(signum: int, frame: object) -> None:
+        received.append(signum)
+        with contextlib.suppress(ProcessLookupError):
+            child.send_signal(signal.SIGINT)
+
+    child = subprocess.Popen(argv, preexec_fn=_own_group_dying_with_parent)  # noqa: PLW1509 - single-threaded here
+    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {s: signal.signal(s, forward) for s in handled}
+    try:
+        return child.wait()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _own_group_dying_with_parent() -> None:
+    """In the child, before exec: a process group of its own, and SIGINT when its parent dies."""
+    import ctypes
+    import os
+    import signal
+
+    os.setpgid(0, 0)
+    pr_set_pdeathsig = 1
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGINT), 0, 0, 0)
 
 
 def _positive_int(text: str) -> int:
@@ -135,6 +179,18 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _docs(args: argparse.Namespace) -> int:
+    """Where the shipped documents are; with a name, its text."""
+    from harness.contract import SHIPPED_DOCS, doc_path
+
+    if args.name:
+        sys.stdout.write(doc_path(args.name).read_text(encoding="utf-8"))
+        return 0
+    for name in SHIPPED_DOCS:
+        print(f"{name}: {doc_path(name)}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__)
     parser.add_argument("--version", action="version", version=_version())
@@ -154,6 +210,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     conform.add_argument("--report-json", help="write the matrix as JSON to this path")
     conform.add_argument("--report-md", help="write the matrix as Markdown to this path")
     conform.add_argument("--timeout", help="seconds before a test is killed with its processes (default 300)")
+    conform.add_argument(
+        "--jobs",
+        help="isolated tests to run side by side, each in its own process group: a number, or 'auto' "
+        "(the default: twice the CPU count, at most 8)",
+    )
     conform.add_argument("-k", help="only tests matching this pytest -k expression")
     conform.set_defaults(func=_conform)
     conform.epilog = "Any other argument goes to pytest as it is (-x, --junitxml=F, -q, ...)."
@@ -175,6 +236,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     perf_cli.add_arguments(bench)
     bench.set_defaults(func=_bench)
+    from harness.contract import SHIPPED_DOCS
+
+    docs = sub.add_parser("docs", help="where the contract (SPEC.md) and the implementers' guide are; or print one")
+    docs.add_argument("name", nargs="?", choices=SHIPPED_DOCS, help="print this document")
+    docs.set_defaults(func=_docs)
     args, rest = parser.parse_known_args(argv)
     if args.command == "conform":
         return _conform(args, rest)

@@ -20,6 +20,7 @@ checked nothing, and the run fails with the reason (SPEC.md, "Outcomes").
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pytest
@@ -65,7 +66,8 @@ def tag_item(item: pytest.Item) -> None:
         ("harness_clauses", ",".join(clauses)),
         ("harness_backend", name),
         ("harness_column", column_name(name, ws, device_of(item))),
-        ("harness_test", f"{item.name.split('[')[0]}[{vid}]"),
+        # The test's whole name, every parameter included: it pastes into -k.
+        ("harness_test", item.name),
         ("harness_variant", vid),
     ]
 
@@ -89,13 +91,20 @@ class MatrixCollector:
     """Folds each test report into the clause matrix (a plugin object, so the
     report hooks reach the matrix without a global)."""
 
-    def __init__(self, matrix: ClauseMatrix, opts: Options) -> None:
+    def __init__(self, matrix: ClauseMatrix, opts: Options, config: pytest.Config) -> None:
         self.matrix = matrix
         self.opts = opts
+        self._config = config
+        self._dirty = False
         self.saw_backend_tests = False
         #: variant id -> "<variant> in <test>: <error>", for a factory that failed with the variant's config
         self.factory_failures: dict[str, str] = {}
-        self._deselected: list[pytest.Item] = []
+        #: (clauses, column, test) of the backend tests filtered out (-k, -m, --clause)
+        self._deselected: set[tuple[str, str, str]] = set()
+        #: Where the matrix goes as JSON after every report (a run cut off keeps what it found); None: nowhere.
+        self.json_path: str | None = None
+        #: nodeid -> its failure lines, printed when the test ends.
+        self._failures_of: dict[str, list[str]] = {}
         #: Failures pytest counted as expected that no known-failures list names (a leak after a listed test).
         self.unlisted_failures: list[str] = []
         #: The leak entries of known-failures lists ("FILE:LINE") the run's tests had, and those a test met.
@@ -114,9 +123,16 @@ class MatrixCollector:
         if "harness_residue" in props:
             # A second start proved these leftovers the process's: the tests forked from now on may reuse it.
             _residue.remember(str(props["harness_variant"]), str(props["harness_residue"]), test)
+        self.saw_backend_tests = True
+        self._dirty = False
+        self._fold(report, props, column, test)
+        if self._dirty and self.json_path:
+            self.matrix.write(self.json_path, None)
+
+    def _fold(self, report: pytest.TestReport, props: dict[str, Any], column: str, test: str) -> None:
         clauses = str(props["harness_clauses"]).split(",")
         notes = "; ".join(str(v) for k, v in report.user_properties if k == "harness_note")
-        add = self.matrix.add
+        add = functools.partial(self._add, report)
         known = getattr(report, "wasxfail", None)
         if report.when == "teardown" and "harness_leak" in props and known is not None:
             # The leak check failed after a test listed as a known failure: pytest reads
@@ -165,21 +181,59 @@ class MatrixCollector:
             for clause in clauses:
                 add(clause, column, PASS, test, notes)
 
+    def _add(self, report: pytest.TestReport, clause: str, column: str, outcome: str, test: str, note: str) -> None:
+        """One cell's result; a failure is also kept to be printed when its test ends."""
+        self.matrix.add(clause, column, outcome, test, note)
+        self._dirty = True
+        if outcome == FAIL:
+            self._failures_of.setdefault(report.nodeid, []).append(f"FAIL {clause} [{column}] {test}: {note}")
+
+    def pytest_runtest_logfinish(self, nodeid: str) -> None:
+        """Print a test's failures as it ends (the summary has them too): a long
+        run cut off has still shown every failure it met."""
+        lines = self._failures_of.pop(nodeid, [])
+        reporter = self._config.pluginmanager.get_plugin("terminalreporter") if lines else None
+        if reporter is not None:
+            for line in lines:
+                reporter.write_line(line, red=True)
+
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
-        """Remember tests filtered out, to show them as not run."""
-        self._deselected += items
+        """Remember backend tests filtered out, to show them as not run."""
+        for item in items:
+            props = dict(item.user_properties)
+            if "harness_clauses" in props:
+                self._deselected.add(
+                    (str(props["harness_clauses"]), str(props["harness_column"]), str(props["harness_test"]))
+                )
+
+    def to_worker_output(self) -> dict[str, Any]:
+        """What an xdist worker knows that its reports do not carry: for the controller's matrix."""
+        return {
+            "saw_backend_tests": self.saw_backend_tests,
+            "deselected": sorted(self._deselected),
+            "leak_entries": sorted(self.leak_entries),
+            "settings": {k: v for k, v in self.matrix.settings.items() if k.startswith("known failures of ")},
+        }
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        """On the xdist controller: take in what a worker collected (each collects every test)."""
+        out = getattr(node, "workeroutput", {}).get("harness")
+        if not out:
+            return
+        self.saw_backend_tests |= bool(out["saw_backend_tests"])
+        self._deselected.update(tuple(d) for d in out["deselected"])
+        self.leak_entries.update(out["leak_entries"])
+        self.matrix.settings.update(out["settings"])
 
     def finish(self, session: pytest.Session) -> None:
         """Fold in the deselected tests; name the backends nothing was checked for
         (not in a run that only collects)."""
         columns = set(self.matrix.columns)
-        for item in self._deselected:
-            props = dict(item.user_properties)
-            if "harness_clauses" in props and props["harness_column"] in columns:
-                for clause in str(props["harness_clauses"]).split(","):
-                    self.matrix.add(
-                        clause, str(props["harness_column"]), NOT_RUN, str(props["harness_test"]), FILTERED_OUT
-                    )
+        for clauses, column, test in sorted(self._deselected):
+            if column in columns:
+                for clause in clauses.split(","):
+                    self.matrix.add(clause, column, NOT_RUN, test, FILTERED_OUT)
         if not self.saw_backend_tests or session.config.option.collectonly:
             return
         for name in self.opts.backends:
@@ -192,6 +246,9 @@ class MatrixCollector:
         reasons = self.matrix.not_run_reasons(name)
         if reasons:
             return "every selected check was not run: " + "; ".join(reasons)
+        unchecked = self.matrix.unchecked_outcomes(name)
+        if unchecked:
+            return "every selected clause was declared unsupported or not applicable: " + "; ".join(unchecked)
         loaded = self.opts.loaded.get(name)
         requested = sorted(
             {

@@ -40,7 +40,10 @@ def register(stacks_dir: str) -> None:
 
 
 def register_from_env() -> None:
-    """In a worker: register the dump if the suite named a stacks folder."""
+    """In a worker process (public as ``harness.register_stacks``): dump this
+    process's stacks on SIGUSR1 into the folder the suite names in
+    ``HARNESS_STACKS_DIR``, so that they reach the report at a timeout; nothing
+    where it is unset."""
     stacks_dir = os.environ.get(STACKS_DIR_ENV)
     if stacks_dir and os.path.isdir(stacks_dir):
         with contextlib.suppress(OSError, RuntimeError):

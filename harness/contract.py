@@ -9,6 +9,7 @@ from __future__ import annotations
 import concurrent.futures
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
@@ -31,6 +32,22 @@ __all__ = [
 
 #: The version of the contract (docs/SPEC.md) this suite checks: its date of change.
 SPEC_VERSION = "2026-11-30"
+
+#: The documents an installed harness carries (setup.py copies them from docs/ into harness/_docs/).
+SHIPPED_DOCS = ("SPEC.md", "implementers.md")
+
+
+def doc_path(name: str) -> Path:
+    """Where ``name`` (one of :data:`SHIPPED_DOCS`) is on this machine: inside the
+    installed package, or in the checkout's docs/ for an editable install."""
+    if name not in SHIPPED_DOCS:
+        raise ValueError(f"unknown document {name!r}: expected one of {', '.join(SHIPPED_DOCS)}")
+    package = Path(__file__).resolve().parent
+    for candidate in (package / "_docs" / name, package.parent / "docs" / name):
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError(f"{name} is not installed with harness (looked in {package / '_docs'})")
+
 
 DEVICES = ("cpu", "cuda")
 START_METHODS = ("spawn", "fork", "forkserver")

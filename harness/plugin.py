@@ -62,6 +62,8 @@ sessions_key = pytest.StashKey["_Sessions"]()
 collector_key = pytest.StashKey[MatrixCollector]()
 reaper_key = pytest.StashKey[Reaper]()
 _gpus_missing_key = pytest.StashKey[str]()
+#: Whether the session has tests that run isolated (the plugin's own to run).
+_isolated_key = pytest.StashKey[bool]()
 _SHUTDOWN_S = 30.0
 
 
@@ -165,7 +167,10 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.stash[matrix_key] = matrix
     config.stash[sessions_key] = _Sessions()
-    collector = MatrixCollector(matrix, opts)
+    collector = MatrixCollector(matrix, opts, config)
+    if not _xdist_worker(config):
+        # Written as the run goes: a run cut off keeps what it found.
+        collector.json_path = config.getoption("harness_report_json")
     config.stash[collector_key] = collector
     config.pluginmanager.register(collector, "harness-matrix")
 
@@ -225,7 +230,8 @@ class _CheckedFactory:
         if not callable(getattr(ex, "collective_rpc", None)):
             message = (
                 f"backend {self._loaded.name!r}: the factory returned {type(ex).__name__} {ex!r:.80}, "
-                "which has no collective_rpc: a factory must return an executor (SPEC.md, the API under test)"
+                "which has no collective_rpc: a factory must return an executor (SPEC.md, the API under test; "
+                "`python -m harness docs SPEC.md` prints it)"
             )
             if config == self._plain:
                 self._node.user_properties.append(("harness_factory_failed", message))
@@ -458,12 +464,29 @@ def _progress(config: pytest.Config) -> Callable[[str], None] | None:
     return None if reporter is None else lambda text: reporter.write_line(text, yellow=True)
 
 
+def _xdist_worker(config: pytest.Config) -> bool:
+    """Whether this process is a pytest-xdist worker (it runs the tests the controller sends it)."""
+    return hasattr(config, "workerinput")
+
+
+def _under_xdist(config: pytest.Config) -> bool:
+    """Whether pytest-xdist runs this session: as a worker, or as the controller of workers."""
+    return _xdist_worker(config) or config.pluginmanager.get_plugin("dsession") is not None
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtestloop(session: pytest.Session) -> bool | None:
-    """With --jobs above 1, run isolated tests side by side (``_parallel``)."""
+    """With --jobs above 1, run isolated tests side by side (``_parallel``).
+
+    Only where there are isolated tests to run, and never under pytest-xdist,
+    whose controller and workers run loops of their own (each xdist worker
+    still runs each backend test in a forked process of its own): a session
+    without backend tests runs as pytest and its other plugins would run it."""
     opts = session.config.stash[options_key]
-    if opts.jobs <= 1 or not opts.isolate or not hasattr(os, "pidfd_open"):
-        return None  # pytest's own loop, one test at a time
+    if opts.jobs <= 1 or not opts.isolate or not hasattr(os, "pidfd_open") or _under_xdist(session.config):
+        return None  # pytest's own loop (or xdist's), one test at a time
+    if not session.stash.get(_isolated_key, False):
+        return None
     if session.testsfailed and not session.config.option.continue_on_collection_errors:
         raise session.Interrupted(f"{session.testsfailed} error{'s' * (session.testsfailed != 1)} during collection")
     if session.config.option.collectonly:
@@ -489,6 +512,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     """Run distributed tests in a forked child that leads its own process group."""
     if _reported_before_fork(item):
         return True
+    if not item.session.stash.get(_isolated_key, False):
+        return None  # no test of ours in this session: pytest (and its other plugins) run it as they would
     # Also before a test that runs here: what the isolated tests before it did
     # not tear down here (they ran elsewhere) must not stand in its way.
     _leave_setups_for(item)
@@ -507,18 +532,33 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Before any test runs, import in this process what every test process
     would import again (torch), when some test will run isolated."""
-    if any(_runs_isolated(i) for i in session.items):
+    session.stash[_isolated_key] = any(_runs_isolated(i) for i in session.items)
+    if session.stash[_isolated_key]:
         prepare_parent()
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Complete the matrix; a run that checked nothing for a named backend fails."""
-    session.config.stash[collector_key].finish(session)
+    """Complete the matrix; a run that checked nothing for a named backend fails.
+    An xdist worker hands what it collected to the controller, which does that."""
+    collector = session.config.stash[collector_key]
+    if _xdist_worker(session.config):
+        session.config.workeroutput["harness"] = collector.to_worker_output()  # type: ignore[attr-defined]
+        return
+    if exitstatus == pytest.ExitCode.INTERRUPTED or session.shouldstop:
+        collector.matrix.state = f"interrupted: {session.shouldstop or 'KeyboardInterrupt'}"
+    elif session.shouldfail:
+        collector.matrix.state = f"stopped: {session.shouldfail}"
+    else:
+        collector.matrix.state = "finished"
+    collector.finish(session)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    """Print the clause matrix; write JSON and Markdown when asked."""
+    """Print the clause matrix; write JSON and Markdown when asked (the xdist
+    controller does, for its workers)."""
+    if _xdist_worker(config):
+        return
     matrix = config.stash[matrix_key]
     matrix.write(config.getoption("harness_report_json"), config.getoption("harness_report_md"))
     if not matrix.cells and not matrix.not_checked:

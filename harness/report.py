@@ -74,6 +74,8 @@ class ClauseMatrix:
     settings: dict[str, Any] = field(default_factory=dict)
     #: backend -> why nothing of it was checked (a run that checked nothing fails).
     not_checked: dict[str, str] = field(default_factory=dict)
+    #: "in progress" (a report written as the run goes), "finished", or "interrupted: why".
+    state: str = "in progress"
 
     def add(self, clause: str, column: str, outcome: Outcome, test: str = "", note: str = "") -> None:
         if outcome not in (PASS, FAIL, DECLARED, NOT_APPLICABLE, NOT_RUN) and not outcome.startswith(BLOCKED):
@@ -126,6 +128,19 @@ class ClauseMatrix:
                     reasons.append(r.note)
         return reasons
 
+    def unchecked_outcomes(self, backend: str) -> list[str]:
+        """The clauses of ``backend`` read "declared" or "not applicable", each
+        with its outcome and reason: "C12 declared (no gc_shutdown)"."""
+        cols = set(self.columns_of(backend))
+        found: list[str] = []
+        for clause in self.clauses:
+            for col in sorted(cols):
+                for r in self.cells.get((clause, col), ()):
+                    text = f"{clause} {r.outcome}" + (f" ({r.note})" if r.note else "")
+                    if r.outcome in (DECLARED, NOT_APPLICABLE) and text not in found:
+                        found.append(text)
+        return found
+
     # ---- rendering ------------------------------------------------------------
 
     def _notes(self) -> list[str]:
@@ -172,6 +187,7 @@ class ClauseMatrix:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "run": self.state,
             "settings": self.settings,
             "outcomes": list(OUTCOMES),
             "clauses": {

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import harness
+import harness.__main__
 import harness.bench
 from harness.__main__ import main
 from harness.backends import DISTRIBUTION
@@ -23,11 +24,11 @@ from harness.contract import SPEC_VERSION
 def calls(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
     seen: list[list[str]] = []
 
-    def fake_call(argv: list[str], **kwargs: Any) -> int:
+    def fake_run(argv: list[str]) -> int:
         seen.append(argv)
         return 0
 
-    monkeypatch.setattr(subprocess, "call", fake_call)
+    monkeypatch.setattr(harness.__main__, "run_pytest", fake_run)
     monkeypatch.delenv("HARNESS_WORLD_SIZE", raising=False)
     return seen
 
