@@ -38,10 +38,12 @@ def _conform(args: list[str], tmp_path: Path) -> tuple[int, str, dict[str, Any]]
     return done.returncode, output, json.loads(report.read_text()) if report.exists() else {}
 
 
+BROKEN = ["--backend", "tests.meta.broken:list_of_futures", "--world-size", "2", "--start-method", "spawn"]
+
+
 def test_each_failure_is_printed_when_its_test_ends_with_an_id_that_pastes_into_k(tmp_path: Path) -> None:
     code, output, report = _conform(
-        ["--backend", "tests.meta.broken:list_of_futures", "--world-size", "2", "--start-method", "spawn"]
-        + ["--jobs", "1", "-k", "c4_non_block"],
+        [*BROKEN, "--jobs", "1", "-k", "c4_non_block"],
         tmp_path,
     )
     assert code == 1, output
@@ -54,8 +56,7 @@ def test_each_failure_is_printed_when_its_test_ends_with_an_id_that_pastes_into_
         assert printed, f"no failure line for {test} before the summary:\n{output[:summary_at]}"
         listed = subprocess.run(
             [sys.executable, "-m", "pytest", "--pyargs", "harness.conformance", "-p", "no:cacheprovider",
-             "--harness-backend", "tests.meta.broken:list_of_futures", "--harness-world-size", "2", "--harness-start-method", "spawn",
-             "--collect-only", "-q", "-k", test],
+             *(f"--harness-{a[2:]}" if a.startswith("--") else a for a in BROKEN), "--collect-only", "-q", "-k", test],
             cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
         )  # fmt: skip
         selected = [line for line in listed.stdout.splitlines() if "::" in line]
