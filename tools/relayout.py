@@ -13,7 +13,8 @@
    imports of moved modules (an underscore dropped from a name is kept as an
    alias: ``from harness.pytest_plugin import residue as _residue``), and the
    few strings that name a moved file in pieces;
-5. sort the imports it touched (``ruff check --fix --select I001,F401``).
+5. sort the imports it touched (``ruff check --fix --select I001,F401``), and fix
+   the two lines that sort leaves to ruff's dislike (``FIXUPS``).
 
 What it cannot do by rule (the handwritten commits after the one it made on
 branch ``layout``): the README's "Development" section, the docstrings of the
@@ -102,6 +103,22 @@ __all__ = ["module_installed"]
 
 
 '''
+
+#: What the rewrites leave that ruff refuses: (file, text, replacement), after the import sort.
+FIXUPS: list[tuple[str, str, str]] = [
+    # A comment the longer module path takes past 120 columns.
+    (
+        "harness/pytest_plugin/outcomes.py",
+        "# A known failure (harness.pytest_plugin.expected) is a failure",
+        "# A known failure (pytest_plugin.expected) is a failure",
+    ),
+    # Two imports after importorskip, each with its noqa, that the sort joins.
+    (
+        "tests/unit/test_decoder.py",
+        "from harness.conformance import (\n    _tensor_parallel,  # noqa: E402\n    models,  # noqa: E402\n)\n",
+        "from harness.conformance import _tensor_parallel, models  # noqa: E402\n",
+    ),
+]
 
 SKIP = {"tools/relayout.py"}
 TEXT_SUFFIXES = {".py", ".md", ".toml", ".txt", ".sh", ".yml", ".yaml", ".cfg", ".ini", ""}
@@ -235,6 +252,15 @@ def sort_imports(files: list[str]) -> None:
         subprocess.run([*command, "check", "--fix", "--select", "I001,F401", "--quiet", *files], check=False)
 
 
+def fixups() -> None:
+    for name, old, new in FIXUPS:
+        path = Path(name)
+        text = path.read_text()
+        if old in text:
+            path.write_text(text.replace(old, new))
+            print(f"fixed {name}")
+
+
 def main() -> None:
     if not Path("harness/contract.py").exists():
         sys.exit("relayout: run it from the repository's root")
@@ -242,6 +268,7 @@ def main() -> None:
     make_system_package()
     changed = rewrite_text()
     sort_imports(sorted({*changed, "harness/backends.py", "harness/system/modules.py"}))
+    fixups()
     git("add", "-A", "harness", "tests", "docs", "ci", "README.md", "Makefile", "pyproject.toml", "conftest.py")
 
 

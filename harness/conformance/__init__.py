@@ -7,5 +7,5 @@ Run it against any backend::
 
 Every test names its clauses with ``@pytest.mark.clause``; it uses only the
 worker contract of SPEC.md (``worker.rank``, the default process group, and
-the module-level probes of ``harness.probes``).
+the module-level probes of ``harness.conformance.probes``).
 """

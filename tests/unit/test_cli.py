@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import harness
-import harness.bench
+import harness.perf.bench
 from harness.__main__ import main
 from harness.backends import DISTRIBUTION
 from harness.contract import SPEC_VERSION
@@ -92,7 +92,7 @@ def bench_runs(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
         seen.append(kwargs)
         return {}
 
-    monkeypatch.setattr(harness.bench, "run", fake_run)
+    monkeypatch.setattr(harness.perf.bench, "run", fake_run)
     return seen
 
 

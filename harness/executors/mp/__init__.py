@@ -54,9 +54,9 @@ from harness.contract import (
     WorkerInitError,
 )
 from harness.executors._group import Failure, GroupExecutor
-from harness.futures import FutureQueue, PendingCall, Reply
-from harness.shm import RingReader, RingWriter
-from harness.worker import (
+from harness.executors.futures import FutureQueue, PendingCall, Reply
+from harness.executors.mp.shm import RingReader, RingWriter
+from harness.executors.mp.worker import (
     SHUTDOWN_CALL_ID,
     WorkerSpec,
     decode_reply,
@@ -73,7 +73,7 @@ _FORCED_EXIT_S = 3.0
 # While the request ring is full, how long one wait for replies may block before
 # the ring is looked at again (workers free slots without replying).
 _RING_FULL_WAIT_S = 0.002
-_FORKSERVER_PRELOAD = ("torch", "torch.distributed", "harness.worker")
+_FORKSERVER_PRELOAD = ("torch", "torch.distributed", "harness.executors.mp.worker")
 # Slots of each rank's reply ring (each of the request ring's slot size).
 _REPLY_SLOTS = 8
 

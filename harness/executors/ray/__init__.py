@@ -1,11 +1,11 @@
 """``ray``: workers as Ray actors, the same contract as ``mp`` on a real Ray runtime.
 
 The factory and its declarations live here, apart from the executor
-(``_ray_executor``): loading the backend must not import Ray, whose settings
+(``ray.executor``): loading the backend must not import Ray, whose settings
 (authentication among them) are read from the environment at import, so that
 a test process gets the environment of the run's cluster before Ray loads.
 
-See ``_ray_executor`` for the data flow.
+See ``ray.executor`` for the data flow.
 """
 
 from __future__ import annotations
@@ -17,20 +17,20 @@ from typing import TYPE_CHECKING, Any
 
 from harness.backends import module_installed
 from harness.contract import ExecutorConfig
-from harness.executors._ray_cluster import LocalCluster
+from harness.executors.ray.cluster import LocalCluster
 
 if not module_installed("ray"):
     raise ImportError("No module named 'ray'", name="ray")
 
 if TYPE_CHECKING:
-    from harness.executors._ray_executor import RayExecutor
+    from harness.executors.ray.executor import RayExecutor
 
 __all__ = ["RayExecutor", "create", "local_cluster"]
 
 
 def __getattr__(name: str) -> Any:
     if name == "RayExecutor":
-        from harness.executors._ray_executor import RayExecutor
+        from harness.executors.ray.executor import RayExecutor
 
         return RayExecutor
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -65,7 +65,7 @@ def local_cluster(num_cpus: int | None = None) -> Iterator[dict[str, str]]:
 
 def create(config: ExecutorConfig) -> RayExecutor:
     """The ``ray`` backend factory."""
-    from harness.executors._ray_executor import RayExecutor
+    from harness.executors.ray.executor import RayExecutor
 
     return RayExecutor(config)
 
