@@ -233,6 +233,10 @@ def rewrite_text() -> list[str]:
         if name.startswith("harness/"):
             for pattern, repl in bare:
                 new = pattern.sub(repl, new)
+        # The executors take module_installed from its new home, not from the loader above them.
+        new = new.replace(
+            "from harness.backends import module_installed\n", "from harness.system.modules import module_installed\n"
+        )
         # Paths built in pieces, and the package data.
         new = new.replace('"executors" / "vllm_known_failures.txt"', '"executors" / "vllm" / "vllm_known_failures.txt"')
         if name == "pyproject.toml":

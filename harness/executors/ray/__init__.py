@@ -15,9 +15,9 @@ import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from harness.backends import module_installed
 from harness.contract import ExecutorConfig
 from harness.executors.ray.cluster import LocalCluster
+from harness.system.modules import module_installed
 
 if not module_installed("ray"):
     raise ImportError("No module named 'ray'", name="ray")
