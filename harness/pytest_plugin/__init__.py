@@ -16,6 +16,14 @@ Loaded through the ``pytest11`` entry point. For every test that uses the
 
 The pytest parent never initialises CUDA nor starts a worker; it imports torch
 once, before the first test process forks, so that no test pays for it again.
+
+This package holds the hooks and fixtures (here), the settings and variants
+(``options``), one forked process per test (``isolation``) and tests side by
+side (``parallel``), the outcomes into the matrix (``outcomes``), known failures
+(``expected``) and what a first start leaves for good (``residue``); what a
+dying run leaves is ``harness.system.reaper``'s. It may import every floor below it (the suite,
+the public API, the loader, ``harness.system``, ``harness.contract``, and the
+report, whose matrix it fills).
 """
 
 from __future__ import annotations
@@ -51,8 +59,8 @@ from harness.pytest_plugin.options import (
 )
 from harness.pytest_plugin.outcomes import LEAK_CLAUSE, MatrixCollector, tag_item
 from harness.pytest_plugin.parallel import EXCLUSIVE_MARKER, ISOLATED_MARKER, run_side_by_side
-from harness.pytest_plugin.reaper import Reaper
 from harness.report import ClauseMatrix, machine_settings
+from harness.system.reaper import Reaper
 
 __all__ = ["Variant", "gpu_count"]
 

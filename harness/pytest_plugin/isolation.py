@@ -26,8 +26,8 @@ from collections.abc import Callable
 import pytest
 
 from harness.pytest_plugin.options import Options
-from harness.pytest_plugin.reaper import Reaper, reap
 from harness.system import leaks
+from harness.system.reaper import Reaper, reap
 from harness.system.stacks import STACKS_DIR_ENV
 from harness.system.stacks import collect as collect_stacks
 from harness.system.stacks import register as register_stacks

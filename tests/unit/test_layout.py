@@ -25,10 +25,10 @@ FLOORS: dict[str, int] = {
     "harness.backends": 2,  # the loader: a backend's name or "module:attr" to its factory
     "harness": 3,  # the public API (harness/__init__.py)
     "harness.conformance": 4,  # the suite: it reaches executors through the contract and the loader
-    "harness.pytest_plugin": 5,  # hooks, fixtures, isolation, the outcomes into the matrix
     "harness.report": 5,  # the clause matrix and its renderings
     "harness.perf": 5,  # benchmarks and their baselines
-    "harness.__main__": 6,  # the command line
+    "harness.pytest_plugin": 6,  # hooks, fixtures, isolation, the outcomes into the matrix (the report's cells)
+    "harness.__main__": 7,  # the command line
 }
 
 

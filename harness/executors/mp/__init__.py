@@ -30,6 +30,11 @@ Data flow::
 
 Nothing here listens on a socket: the process group meets through a file store
 in a private temporary folder, and gloo is pinned to loopback (C23).
+
+This package holds the executor (here), its shared-memory rings (``shm``) and
+its worker process (``worker``, whose ``Worker``, ``run_call`` and
+``init_distributed`` ``uni`` and ``ray`` use too). It may import what
+``harness.executors`` may.
 """
 
 from __future__ import annotations

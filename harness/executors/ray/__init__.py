@@ -6,6 +6,11 @@ The factory and its declarations live here, apart from the executor
 a test process gets the environment of the run's cluster before Ray loads.
 
 See ``ray.executor`` for the data flow.
+
+This package holds the factory (here), the executor (``executor``) and the
+run's local cluster (``cluster``, whose keeper process runs that module with
+``python -m``: nothing here imports it at the top). It may import what
+``harness.executors`` may.
 """
 
 from __future__ import annotations
@@ -16,7 +21,6 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from harness.contract import ExecutorConfig
-from harness.executors.ray.cluster import LocalCluster
 from harness.system.modules import module_installed
 
 if not module_installed("ray"):
@@ -54,6 +58,9 @@ def local_cluster(num_cpus: int | None = None) -> Iterator[dict[str, str]]:
     if os.environ.get("RAY_ADDRESS") or os.environ.get(SESSION_CLUSTER_ENV, "1") == "0":
         yield {}
         return
+    # Here, not at the top: the cluster's keeper runs that module with -m.
+    from harness.executors.ray.cluster import LocalCluster
+
     cluster = LocalCluster.start(num_cpus if num_cpus is not None else max(16, 2 * (os.cpu_count() or 1)))
     try:
         # The test processes import Ray after this is set, so they take the

@@ -19,6 +19,11 @@ start-up failure of C22 is injected through a worker subclass
 vLLM reads its settings from the environment; those this module sets (unless
 the caller has) are the ones a CPU machine needs: a small KV cache, one core
 per rank, callables allowed through ``collective_rpc``, no hub access.
+
+This package holds the adapter (here), the worker subclasses of the C22
+injection (``workers``) and the known failures of vLLM's executors
+(``vllm_known_failures.txt``). It may import what ``harness.executors`` may,
+and vLLM.
 """
 
 from __future__ import annotations
