@@ -19,11 +19,11 @@ once, before the first test process forks, so that no test pays for it again.
 
 This package holds the hooks and fixtures (here), the settings and variants
 (``options``), one forked process per test (``isolation``) and tests side by
-side (``parallel``), the outcomes into the matrix (``outcomes``), known failures
-(``expected``) and what a first start leaves for good (``residue``); what a
-dying run leaves is ``harness.system.reaper``'s. It may import every floor below it (the suite,
-the public API, the loader, ``harness.system``, ``harness.contract``, and the
-report, whose matrix it fills).
+side (``parallel``), the outcomes into the matrix (``outcomes``), known
+failures (``expected``) and what a first start leaves for good (``residue``);
+what a dying run leaves is ``harness.system.reaper``'s. It may import every
+floor below it: the report, whose matrix it fills, the suite, the public API,
+the loader, ``harness.system`` and ``harness.contract``.
 """
 
 from __future__ import annotations
