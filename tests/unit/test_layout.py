@@ -9,6 +9,7 @@ import x``), or as ``importlib.import_module("harness.…")`` with a literal nam
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -158,3 +159,11 @@ def test_every_package_says_what_it_holds_and_what_it_may_import() -> None:
         if path.parent != HARNESS and "may import" not in (ast.get_docstring(ast.parse(path.read_text())) or "")
     ]
     assert silent == [], "packages whose docstring does not say what they may import"
+
+
+def test_docs_layout_shows_the_floors_of_this_table() -> None:
+    text = (HARNESS.parent / "docs" / "layout.md").read_text()
+    shown: dict[str, int] = {}
+    for row in re.findall(r"^\| (\d+) \|(.*)\|$", text, re.M):
+        shown |= {name: int(row[0]) for name in re.findall(r"`(harness[\w.]*)`", row[1])}
+    assert shown == FLOORS
