@@ -52,7 +52,7 @@ $(VLLM_STAMP): pyproject.toml Makefile
 install-vllm: $(VLLM_STAMP)
 
 ## The suite against vLLM's executors, their known failures in force
-## (harness/executors/vllm_known_failures.txt), then vLLM's TP=2 tokens against TP=1.
+## (harness/executors/vllm/vllm_known_failures.txt), then vLLM's TP=2 tokens against TP=1.
 test-vllm: $(VLLM_STAMP)
 	@mkdir -p $(VLLM_REPORTS)
 	$(VLLM_CONFORM) --backend vllm-mp --world-size 2 \

@@ -18,7 +18,7 @@ timeout 300 "$PY" -m harness bench --workload engine-step,round-trip --backend "
     --baseline-dir "$OUT/baselines" --update-baseline 2>&1 | tee "$OUT/baseline.log" || rc=1
 # The pytest run below compares with the baseline where it looks: tests/perf/baselines.
 mkdir -p tests/perf/baselines && cp "$OUT"/baselines/*.json tests/perf/baselines/ || rc=1
-plugin=(-p harness.plugin)
+plugin=(-p harness.pytest_plugin)
 "$PY" -c "import importlib.metadata as m, sys; sys.exit(not any(e.name == 'harness' for e in m.entry_points(group='pytest11')))" && plugin=()
 timeout 300 "$PY" -m pytest "${plugin[@]}" -p no:cacheprovider -m "gpu and perf" --harness-require-gpus 1 -rA \
     tests/perf 2>&1 | tee "$OUT/pytest.log" || rc=1

@@ -21,7 +21,7 @@ print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torc
 PY
 } 2>&1 | tee "$OUT/env.txt"
 # The plugin loads through its entry point where harness is installed, else by name.
-plugin=(-p harness.plugin)
+plugin=(-p harness.pytest_plugin)
 "$PY" -c "import importlib.metadata as m, sys; sys.exit(not any(e.name == 'harness' for e in m.entry_points(group='pytest11')))" && plugin=()
 timeout "${GPU_TIER_TIMEOUT:-480}" "$PY" -m pytest "${plugin[@]}" -p no:cacheprovider -m gpu \
     --backend "${HARNESS_BACKENDS:-uni,mp}" --harness-timeout 150 -rA \

@@ -167,7 +167,7 @@ def _check_bench_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from harness.bench import run
+    from harness.perf.bench import run
     from harness.perf.runner import split_sides
 
     iters = 500 if args.quick else args.iters

@@ -22,13 +22,13 @@ import importlib
 import importlib.metadata
 import importlib.util
 import os
-import sys
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from harness.contract import CLAUSES, START_METHODS, Backend
+from harness.system.modules import module_installed
 
 __all__ = [
     "BUILTIN_BACKENDS",
@@ -53,7 +53,7 @@ _VLLM_HINT = (
 #: name -> (factory "module:attr", install hint when its module is missing)
 BUILTIN_BACKENDS: Mapping[str, tuple[str, str]] = {
     "uni": ("harness.executors.uniproc:create", ""),
-    "mp": ("harness.executors.multiproc:create", ""),
+    "mp": ("harness.executors.mp:create", ""),
     "ray": ("harness.executors.ray:create", f"pip install '{DISTRIBUTION}[ray]'"),
     "vllm-mp": ("harness.executors.vllm:create_mp", _VLLM_HINT),
     "vllm-uni": ("harness.executors.vllm:create_uni", _VLLM_HINT),
@@ -82,7 +82,7 @@ class LoadedBackend:
     world_sizes: tuple[int, ...] | None = None
     start_methods: tuple[str, ...] | None = None
     session: Callable[[], AbstractContextManager[Mapping[str, str]]] | None = None
-    #: A file of its known failures (``harness._expected``), and the version of the
+    #: A file of its known failures (``harness.pytest_plugin.expected``), and the version of the
     #: software under test it is installed with, for the report.
     expected_failures: str | None = None
     version: str | None = None
@@ -122,14 +122,6 @@ def _import_attr(spec: str, where: str) -> Any:
 
 def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
     return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
-
-
-def module_installed(name: str) -> bool:
-    """Whether ``name`` can be imported, found without importing it (an optional
-    dependency may read its settings when imported)."""
-    if name in sys.modules:
-        return sys.modules[name] is not None  # None: marked missing, as tests do
-    return importlib.util.find_spec(name) is not None
 
 
 def available_backends() -> list[str]:

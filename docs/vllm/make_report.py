@@ -139,7 +139,7 @@ def render(runs: list[dict], repro_output: Path | None) -> str:
         "",
         "Commands: `make vllm-report` (what CI runs is in the `Makefile`'s `test-vllm`: the same runs, "
         "with the known failures in force). Each backend's failures are listed in "
-        "`harness/executors/vllm_known_failures.txt`, which runs them as strict xfails: the run stays green, "
+        "`harness/executors/vllm/vllm_known_failures.txt`, which runs them as strict xfails: the run stays green, "
         "each clause still reads FAIL here, and a fix upstream reads as an unexpected pass.",
         "",
         *[

@@ -18,7 +18,9 @@ from typing import Any
 
 import psutil
 
-from harness import ExecutorConfig, leaks, probes
+from harness import ExecutorConfig
+from harness.conformance import probes
+from harness.system import leaks
 
 __all__ = ["CollectivesFailedError", "Exposure", "examine"]
 

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness import probes
+from harness.conformance import probes
 from harness.conformance._checks import bounded, not_applicable, wait_until
 
 #: SPEC.md's C8 bound: a death fails calls and runs the callbacks within this.

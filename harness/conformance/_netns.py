@@ -28,8 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import ExecutorConfig, leaks, load_backend
+from harness import ExecutorConfig, load_backend
 from harness.conformance._exposure import Exposure, examine
+from harness.system import leaks
 
 __all__ = ["ADDRESS", "NetnsRun", "host_resolution", "run", "unavailable"]
 

@@ -11,7 +11,8 @@ import os
 import sys
 import time
 
-from harness import ExecutorConfig, load_backend, probes
+from harness import ExecutorConfig, load_backend
+from harness.conformance import probes
 
 
 def main() -> None:

@@ -1,5 +1,5 @@
 """C16's decoder checks, shared by the simulated tier (gloo on the CPU) and the
-GPU tier (NCCL): the sharded decoder of ``harness.models`` run by the workers,
+GPU tier (NCCL): the sharded decoder of ``harness.conformance.models`` run by the workers,
 compared with the dense one computed here, stage by stage and by greedy tokens.
 
 Weights and prompt come from the run's seed (``--harness-seed``), which every
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness import models, probes
+from harness.conformance import models, probes
 
 #: Greedy tokens compared per check.
 GREEDY_STEPS = 32

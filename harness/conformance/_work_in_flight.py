@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Any
 
-from harness import probes
+from harness.conformance import probes
 from harness.conformance._checks import bounded, expect_equal, is_one_future, one_future, result_of
 
 # How long a future of a call with device work may take before the suite's watchdog fails the test.

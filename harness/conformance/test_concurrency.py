@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from harness import probes
+from harness.conformance import probes
 from harness.conformance._checks import expect_equal, is_one_future, result_of, token
 
 pytestmark = pytest.mark.timeout(300)

@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 
-from harness import ExecutorConfig, leaks, probes
+from harness import ExecutorConfig
+from harness.conformance import probes
 from harness.conformance._checks import bounded, error_of, expect_equal, one_future, result_of, token, within
+from harness.system import leaks
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from harness import ExecutorConfig, leaks, probes
+from harness import ExecutorConfig
+from harness.conformance import probes
 from harness.conformance._checks import (
     bounded,
     error_of,
@@ -36,6 +37,7 @@ from harness.conformance._faults import (
     left,
     victim,
 )
+from harness.system import leaks
 
 pytestmark = pytest.mark.timeout(300)
 

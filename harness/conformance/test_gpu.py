@@ -4,7 +4,7 @@ Each test needs as many GPUs as its world size (``@pytest.mark.gpu``), and
 skips with "needs N GPUs, found M" elsewhere (``--require-gpus N`` makes that a
 failure on a runner that should have them). Workers start with spawn: a forked
 child cannot use CUDA. The tests never initialise CUDA in their own process:
-what the GPUs hold is read through NVML or nvidia-smi (``harness.gpus``).
+what the GPUs hold is read through NVML or nvidia-smi (``harness.system.gpus``).
 
 - C14: ranks, and each rank on a GPU of its own whatever CUDA_VISIBLE_DEVICES says;
 - C15, C17: collectives on NCCL, large payloads with CUDA workers;
@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from harness import ExecutorConfig, gpus, probes
-from harness.conformance import _work_in_flight
+from harness import ExecutorConfig
+from harness.conformance import _work_in_flight, probes
 from harness.conformance._checks import bounded, error_of, expect_equal, not_applicable, one_future
 from harness.conformance._faults import (
     DEATH_BOUND_S,
@@ -38,6 +38,7 @@ from harness.conformance._faults import (
 )
 from harness.conformance._tensor_parallel import check_decoder_stages, check_greedy_tokens
 from harness.conformance.test_process_group import expected_collectives
+from harness.system import gpus
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.gpu]
 

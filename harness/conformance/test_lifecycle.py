@@ -15,7 +15,8 @@ from typing import Any
 import psutil
 import pytest
 
-from harness import ExecutorConfig, leaks, probes
+from harness import ExecutorConfig
+from harness.conformance import probes
 from harness.conformance._checks import (
     blocked_by,
     bounded,
@@ -28,6 +29,7 @@ from harness.conformance._checks import (
     result_of,
     wait_until,
 )
+from harness.system import leaks
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -322,7 +324,7 @@ def test_c19_idle_executor_burns_no_caller_cpu(executor: Any) -> None:
 
 def _injected_failure(rank: int) -> str:
     """What a built-in worker raises when ``HARNESS_FAIL_WORKER_INIT=<rank>`` is set
-    (``harness.worker.init_distributed``): the message the construction error must carry."""
+    (``harness.executors.mp.worker.init_distributed``): the message the construction error must carry."""
     return f"rank {rank}: start-up failure injected by {FAIL_INIT_ENV}={rank}"
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from harness import probes
+from harness.conformance import probes
 
 pytestmark = pytest.mark.timeout(300)
 

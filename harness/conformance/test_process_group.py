@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from harness import probes
+from harness.conformance import probes
 from harness.conformance._checks import expect_equal
 from harness.conformance._tensor_parallel import check_decoder_stages, check_greedy_tokens
 

@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from harness import probes
-from harness.conformance import _work_in_flight
+from harness.conformance import _work_in_flight, probes
 from harness.conformance._checks import (
     blocked_by,
     bounded,

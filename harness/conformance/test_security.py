@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
-from harness import ExecutorConfig, leaks
+from harness import ExecutorConfig
 from harness.conformance import _netns
 from harness.conformance._checks import blocked_by
 from harness.conformance._exposure import CollectivesFailedError, examine
+from harness.system import leaks
 
 pytestmark = pytest.mark.timeout(300)
 

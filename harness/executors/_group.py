@@ -24,7 +24,7 @@ from harness.contract import (
 )
 from harness.executors._validate import validate_call
 from harness.executors._wire import dumps_call
-from harness.futures import FutureQueue, PendingCall
+from harness.executors.futures import FutureQueue, PendingCall
 
 __all__ = ["Failure", "GroupExecutor", "WorkerGroup"]
 

@@ -20,7 +20,6 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from harness._environ import environ
 from harness.contract import (
     ExecutorConfig,
     ExecutorShutdownError,
@@ -30,8 +29,9 @@ from harness.contract import (
     method_name,
 )
 from harness.executors._validate import validate_call
-from harness.futures import Reply
-from harness.worker import Request, Worker, error_reply, init_distributed, run_call
+from harness.executors.futures import Reply
+from harness.executors.mp.worker import Request, Worker, error_reply, init_distributed, run_call
+from harness.system.environ import environ
 
 __all__ = ["UniprocExecutor", "create"]
 

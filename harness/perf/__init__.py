@@ -7,10 +7,16 @@
 - ``workloads``, ``runner``, ``ab``: what a benchmark does to an executor,
   how rounds are run, and A/B runs;
 - ``curves``: how a backend's cost grows with payload size and world size;
-- ``plot``: the pictures of a comparison and of cost curves.
+- ``plot``: the pictures of a comparison and of cost curves;
+- ``bench``: ``harness bench``, the round trip of an empty call against its
+  yardsticks.
 
 scipy and matplotlib (the ``perf`` extra) are imported only where a comparison
 or a plot runs, so this package loads without them.
+
+It may import the suite's probes and models, the loader, the public API,
+``harness.system``, ``harness.contract``, and the executors' pieces it measures
+(``harness.executors.mp.shm``); never the plugin.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ def load_model(worker: Any, key: str, seed: int, dims: tuple[int, int, int], dev
     import torch
 
     torch.set_num_threads(1)
-    from harness import models
+    from harness.conformance import models
 
     w = models.make_weights(seed, *dims)
     dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
@@ -35,7 +35,7 @@ def load_model(worker: Any, key: str, seed: int, dims: tuple[int, int, int], dev
 def model_step(worker: Any, key: str, world_size: int) -> float:
     """One forward of the sharded model (its all_reduce included); a checksum,
     so the step's result is used and small."""
-    from harness import models
+    from harness.conformance import models
 
     w = _MODELS[key]
     out = models.sharded_forward(w, int(worker.rank), world_size, w["x"].device)

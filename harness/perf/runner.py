@@ -21,11 +21,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness._environ import environ
 from harness.backends import load_backend
 from harness.contract import ExecutorConfig
 from harness.perf._quiet import wait_for_quiet
 from harness.perf.workloads import Samples, Workload, merge
+from harness.system.environ import environ
 
 __all__ = ["Side", "open_side", "parse_side", "run_rounds"]
 

@@ -6,7 +6,7 @@ Every workload runs against any backend, through ``collective_rpc`` only:
 - ``pipelined``: ``depth`` calls in flight (``non_block=True``), the oldest
   collected before the next is sent; metric ``time per call``.
 - ``engine-step``: a simulated engine step with async scheduling. While the
-  workers run one forward of the tiny tensor-parallel model (``harness.models``;
+  workers run one forward of the tiny tensor-parallel model (``harness.conformance.models``;
   its all_reduce on gloo, or NCCL on GPUs; sent with ``non_block=True``), the
   caller does a fixed, calibrated amount of work as a scheduler does it
   (Python bookkeeping in short stretches, each followed by a zero-timeout poll

@@ -22,8 +22,10 @@ from typing import Any
 import psutil
 import pytest
 
-from harness import ExecutorConfig, WorkerDiedError, leaks, probes
+from harness import ExecutorConfig, WorkerDiedError
+from harness.conformance import probes
 from harness.conformance._checks import process_gone, wait_until
+from harness.system import leaks
 
 pytestmark = [pytest.mark.ray, pytest.mark.distributed, pytest.mark.timeout(240)]
 
@@ -220,7 +222,7 @@ def test_a_result_the_caller_cannot_unpickle_fails_that_call_only(cluster: str) 
 
 
 def test_a_keeper_told_to_stop_stops_its_cluster_first() -> None:
-    from harness.executors._ray_cluster import LocalCluster
+    from harness.executors.ray.cluster import LocalCluster
 
     cluster = LocalCluster.start(num_cpus=2)
     members: list[int] = []
@@ -242,7 +244,8 @@ def test_a_keeper_told_to_stop_stops_its_cluster_first() -> None:
 
 _FRESH_MACHINE_DRIVER = """
 import os, stat, subprocess, sys
-from harness import ExecutorConfig, WorkerInitError, probes
+from harness import ExecutorConfig, WorkerInitError
+from harness.conformance import probes
 from harness.executors.ray import create, local_cluster
 
 def in_child(code, env):
@@ -257,7 +260,7 @@ with local_cluster(num_cpus=4) as env:
     assert mode == 0o600, f"token file {token} has mode {mode:o}"
     assert not token.startswith(os.environ["HOME"]), f"token {token} written under HOME"
     out = in_child(
-        "from harness import ExecutorConfig, probes\\n"
+        "from harness import ExecutorConfig; from harness.conformance import probes\\n"
         "from harness.executors.ray import create\\n"
         "with create(ExecutorConfig(2)) as ex: print(ex.collective_rpc(probes.rank))",
         dict(os.environ, **env),

@@ -12,7 +12,7 @@ import threading
 from typing import Any
 
 from harness import ExecutorConfig
-from harness.executors.multiproc import MultiprocExecutor
+from harness.executors.mp import MultiprocExecutor
 
 
 class _Wrapper:
@@ -509,7 +509,7 @@ class FirstCallbackOnly(_Wrapper):
 def _rank_order_worker(conn: Any, rank: int, world_size: int, store_path: str) -> None:
     import functools
 
-    from harness.worker import Worker, init_distributed
+    from harness.executors.mp.worker import Worker, init_distributed
 
     init_distributed(rank, world_size, "cpu", "gloo", store_path, 60.0)
     worker = Worker(rank, world_size, "cpu")
@@ -711,7 +711,7 @@ health_check_hangs_after_a_death = HealthCheckHangsAfterADeath
 # ---- issue 9, clause sentences: results, futures, errors, bad input (C2, C4, C7, C15, C20-C22, C24) ----
 # Some of these are conformant but unusual (marked "conformant"): the suite must pass them.
 
-from harness.worker import Worker as _Worker  # noqa: E402 - this block's own import, kept with it
+from harness.executors.mp.worker import Worker as _Worker  # noqa: E402 - this block's own import, kept with it
 
 
 class _FutureProxy:
@@ -1216,7 +1216,7 @@ def _let_go_of_pipes() -> None:
 
 def unpinned_gloo(config: ExecutorConfig) -> _Wrapper:
     """C23: gloo left unpinned. The reference pins it to loopback with
-    ``GLOO_SOCKET_IFNAME`` unless set (harness/worker.py); set empty, torch
+    ``GLOO_SOCKET_IFNAME`` unless set (harness/executors/mp/worker.py); set empty, torch
     ignores it and binds to whatever the host name resolves to: loopback on a
     machine whose host name resolves there, a host address elsewhere."""
     import dataclasses

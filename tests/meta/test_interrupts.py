@@ -23,7 +23,7 @@ HANGS = """
 import subprocess
 import sys
 import pytest
-from harness import probes
+from harness.conformance import probes
 
 @pytest.mark.clause("C1")
 def test_hangs(executor):

@@ -193,7 +193,7 @@ def test_the_suite_passes_a_conformant_but_unusual_backend(
 @pytest.mark.timeout(600)
 def test_leftovers_a_second_start_proved_the_processs_get_no_second_start_again(tmp_path: Path) -> None:
     # One test at a time: the first test's second start proves the monitor thread
-    # the process's; the tests after it reuse that proof (harness._residue).
+    # the process's; the tests after it reuse that proof (harness.pytest_plugin.residue).
     extra = ("--jobs", "1")
     code, report, _ = _conform_output("tests.meta.broken:process_wide_monitor", 2, "c1_ or c3_", tmp_path, extra=extra)
     notes = [t["note"] for c in ("C1", "C3") for cell in report["clauses"][c].values() for t in cell["tests"]]  # type: ignore[index]

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.timeout(300)
 
 OUTCOMES_SUITE = """
 import pytest
-from harness import probes
+from harness.conformance import probes
 from harness.conformance._checks import blocked_by, not_applicable
 
 @pytest.mark.clause("C1")
@@ -115,7 +115,7 @@ def test_a_backend_whose_world_sizes_exclude_every_requested_size_checked_nothin
 
 GPU_SUITE = """
 import pytest
-from harness import probes
+from harness.conformance import probes
 
 @pytest.mark.gpu
 @pytest.mark.clause("C15")
@@ -184,7 +184,7 @@ def first_start(config):
 
 LEAK_SUITE = """
 import pytest
-from harness import probes
+from harness.conformance import probes
 
 @pytest.mark.clause("C1")
 def test_rank(executor, world_size):

@@ -10,7 +10,7 @@ import pytest
 
 HUNG = """
 import pytest
-from harness import probes
+from harness.conformance import probes
 
 @pytest.mark.clause("C1")
 def test_hangs(executor):
@@ -59,7 +59,7 @@ def test_a_hung_test_is_killed_with_its_workers_reported_and_the_run_goes_on(
     result.stdout.fnmatch_lines(["*[[]harness[]] still running after 5 s: test_hung.py::test_hangs*"])
     result.stdout.fnmatch_lines(["*Stacks at the timeout*"])
     # The hang is in the workers: their stacks are there too, down to the probe they run.
-    result.stdout.fnmatch_lines(["*harness/probes.py*in sleep*"])
+    result.stdout.fnmatch_lines(["*harness/conformance/probes.py*in sleep*"])
     result.stdout.fnmatch_lines(["C1*FAIL*"])
     time.sleep(0.5)
     left = _tagged(tag)
@@ -109,7 +109,7 @@ def test_declared_clauses_are_skipped_with_the_reason_and_reported_apart(pyteste
     pytester.makepyfile(
         """
         import pytest
-        from harness import probes
+        from harness.conformance import probes
 
         @pytest.mark.clause("C12")
         def test_gc(executor):

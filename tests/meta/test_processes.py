@@ -58,7 +58,7 @@ def test_each_backend_gets_a_variant_per_start_method_it_declares(pytester: pyte
     pytester.makepyfile(
         backends=textwrap.dedent(
             """
-            from harness.executors.multiproc import create as _mp
+            from harness.executors.mp import create as _mp
 
             def declared(config):
                 return _mp(config)
@@ -129,7 +129,7 @@ def test_by_default_a_backends_first_start_method_runs_at_every_world_size_and_t
     pytester.makepyfile(
         backends=textwrap.dedent(
             """
-            from harness.executors.multiproc import create as _mp
+            from harness.executors.mp import create as _mp
 
             def forkserver_first(config):
                 return _mp(config)

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.timeout(300)
 
 SUITE = """
 import pytest
-from harness import probes
+from harness.conformance import probes
 
 @pytest.mark.clause("C1")
 def test_c1(executor, world_size):

@@ -38,7 +38,10 @@ _MEASURE = textwrap.dedent(
     """
     import sys
     import harness
-    from harness.bench import measure_backend
+    try:
+        from harness.perf.bench import measure_backend
+    except ImportError:  # a commit before the layout of docs/layout.md
+        from harness.bench import measure_backend
 
     if __name__ == "__main__":
         backend, world_size, start_method, where = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]

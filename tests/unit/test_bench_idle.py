@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness.bench import idle_cpu
 from harness.contract import ExecutorConfig
-from harness.executors.multiproc import MultiprocExecutor
+from harness.executors.mp import MultiprocExecutor
+from harness.perf.bench import idle_cpu
 
 pytestmark = pytest.mark.timeout(120)
 

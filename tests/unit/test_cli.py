@@ -14,7 +14,7 @@ import pytest
 
 import harness
 import harness.__main__
-import harness.bench
+import harness.perf.bench
 from harness.__main__ import main
 from harness.backends import DISTRIBUTION
 from harness.contract import SPEC_VERSION
@@ -93,7 +93,7 @@ def bench_runs(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
         seen.append(kwargs)
         return {}
 
-    monkeypatch.setattr(harness.bench, "run", fake_run)
+    monkeypatch.setattr(harness.perf.bench, "run", fake_run)
     return seen
 
 

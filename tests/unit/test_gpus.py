@@ -1,4 +1,4 @@
-"""What the GPUs hold, as the GPU tier reads it (``harness.gpus``), from nvidia-smi's CSV."""
+"""What the GPUs hold, as the GPU tier reads it (``harness.system.gpus``), from nvidia-smi's CSV."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from harness import gpus
-from harness.gpus import GpuState
+from harness.system import gpus
+from harness.system.gpus import GpuState
 
 GPUS = "0, GPU-aaa, 1200\n1, GPU-bbb, 3\n"
 APPS = "GPU-aaa, 4242\nGPU-aaa, 4243\n"

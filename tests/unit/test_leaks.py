@@ -1,4 +1,4 @@
-"""harness.leaks finds every process a caller started, wherever it went."""
+"""harness.system.leaks finds every process a caller started, wherever it went."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness import leaks
+from harness.system import leaks
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 

@@ -16,9 +16,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from harness import probes
+from harness.conformance import probes
 from harness.contract import ExecutorConfig
-from harness.executors.multiproc import MultiprocExecutor
+from harness.executors.mp import MultiprocExecutor
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -7,7 +7,7 @@ import os
 import signal
 import time
 
-from harness._reaper import _is_zombie, _members
+from harness.system.reaper import _is_zombie, _members
 
 
 def test_a_zombie_is_not_a_member_of_its_group() -> None:

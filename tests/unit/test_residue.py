@@ -1,5 +1,5 @@
 """What a backend's first start leaves for good, proven once and reused
-(harness._residue): compared by kind and count, never lenient about processes,
+(harness.pytest_plugin.residue): compared by kind and count, never lenient about processes,
 sockets, or a kind or a repeat the proof did not have."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from harness import _residue, leaks
-from harness._residue import Residue, shape
+from harness.pytest_plugin import residue as _residue
+from harness.pytest_plugin.residue import Residue, shape
+from harness.system import leaks
 
 
 def test_shape_hides_the_parts_that_vary_between_starts() -> None:

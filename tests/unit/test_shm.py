@@ -1,4 +1,4 @@
-"""Unit tests of harness.shm: the one-writer, N-reader shared-memory ring."""
+"""Unit tests of harness.executors.mp.shm: the one-writer, N-reader shared-memory ring."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from harness import shm
-from harness.shm import NAME_PREFIX, RingFullError, RingHandle, RingReader, RingWriter
+from harness.executors.mp import shm
+from harness.executors.mp.shm import NAME_PREFIX, RingFullError, RingHandle, RingReader, RingWriter
 
 SHM_DIR = "/dev/shm"
 

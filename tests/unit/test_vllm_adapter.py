@@ -87,7 +87,7 @@ def test_the_settings_a_cpu_needs_yield_to_the_callers_environment_and_the_confi
 
 
 def test_the_settings_hold_only_while_vllm_starts_and_are_put_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness._environ import environ
+    from harness.system.environ import environ
 
     monkeypatch.setenv("HARNESS_TEST_KEPT", "before")
     monkeypatch.delenv("HARNESS_TEST_NEW", raising=False)

@@ -14,10 +14,10 @@ from types import ModuleType
 
 import pytest
 
-from harness._expected import load_expected
+from harness.pytest_plugin.expected import load_expected
 
 ROOT = Path(__file__).resolve().parents[2]
-KNOWN = ROOT / "harness" / "executors" / "vllm_known_failures.txt"
+KNOWN = ROOT / "harness" / "executors" / "vllm" / "vllm_known_failures.txt"
 REPORT = ROOT / "docs" / "vllm-report.md"
 REPRO = ROOT / "docs" / "vllm" / "repro"
 

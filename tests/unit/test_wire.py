@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from harness import probes
-from harness.futures import Reply
-from harness.worker import Worker, decode_reply, encode_reply, run_call
+from harness.conformance import probes
+from harness.executors.futures import Reply
+from harness.executors.mp.worker import Worker, decode_reply, encode_reply, run_call
 
 
 @pytest.mark.parametrize(

@@ -115,7 +115,7 @@ def collectives(worker: Any, device: str = "cpu") -> dict[str, Any]:
 
 def listening_sockets(worker: Any) -> list[tuple[str, int]]:
     """(address, port) of every socket this process listens on (TCP) or has bound (UDP)."""
-    from harness.leaks import listening_sockets as _ls
+    from harness.system.leaks import listening_sockets as _ls
 
     return _ls(os.getpid())
 
@@ -180,13 +180,13 @@ def sleep_on_rank_then(worker: Any, rank: int, seconds: float, value: Any) -> An
 def tensor_parallel_forward(
     worker: Any, seed: int, dims: tuple[int, int, int], dtype: str, device: str, world_size: int
 ) -> Any:
-    """This rank's part of the sharded forward pass of ``harness.models``, joined by an
+    """This rank's part of the sharded forward pass of ``harness.conformance.models``, joined by an
     all_reduce on the default group; the full output, on the CPU. The shard is chosen by
     ``worker.rank`` and the caller's world size, not by the group, so a group that does
     not span the workers gives a wrong answer instead of a dense one."""
     import torch
 
-    from harness import models
+    from harness.conformance import models
 
     w = models.make_weights(seed, *dims, dtype=dtype)
     dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
@@ -199,7 +199,7 @@ def _decoder_on(seed: int, dtype: str, device: str, world_size: int) -> tuple[di
     TF32 is off: the check compares float32 with float32, not with 10-bit matmuls."""
     import torch
 
-    from harness import models
+    from harness.conformance import models
 
     shape = models.DecoderShape.for_world_size(world_size)
     w = models.decoder_weights(seed, shape, dtype)
@@ -212,10 +212,10 @@ def _decoder_on(seed: int, dtype: str, device: str, world_size: int) -> tuple[di
 
 
 def decoder_stages(worker: Any, seed: int, dtype: str, device: str, world_size: int) -> dict[str, Any]:
-    """This rank's part of the sharded decoder's forward (``harness.models``): the
+    """This rank's part of the sharded decoder's forward (``harness.conformance.models``): the
     hidden state after each stage and the logits, on the CPU. The shards are
     chosen by ``worker.rank`` and the caller's world size, as the MLP's are."""
-    from harness import models
+    from harness.conformance import models
 
     w, shape, ids = _decoder_on(seed, dtype, device, world_size)
     out = models.sharded_decoder(w, shape, ids, int(worker.rank), world_size)
@@ -225,7 +225,7 @@ def decoder_stages(worker: Any, seed: int, dtype: str, device: str, world_size: 
 def decoder_greedy(worker: Any, seed: int, dtype: str, device: str, world_size: int, steps: int) -> list[int]:
     """``steps`` greedy tokens of the sharded decoder after its prompt, every rank
     in lockstep (each step's logits are gathered on every rank)."""
-    from harness import models
+    from harness.conformance import models
 
     w, shape, ids = _decoder_on(seed, dtype, device, world_size)
     rank = int(worker.rank)

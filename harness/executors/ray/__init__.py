@@ -1,11 +1,16 @@
 """``ray``: workers as Ray actors, the same contract as ``mp`` on a real Ray runtime.
 
 The factory and its declarations live here, apart from the executor
-(``_ray_executor``): loading the backend must not import Ray, whose settings
+(``ray.executor``): loading the backend must not import Ray, whose settings
 (authentication among them) are read from the environment at import, so that
 a test process gets the environment of the run's cluster before Ray loads.
 
-See ``_ray_executor`` for the data flow.
+See ``ray.executor`` for the data flow.
+
+This package holds the factory (here), the executor (``executor``) and the
+run's local cluster (``cluster``, whose keeper process runs that module with
+``python -m``: nothing here imports it at the top). It may import what
+``harness.executors`` may.
 """
 
 from __future__ import annotations
@@ -15,22 +20,21 @@ import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from harness.backends import module_installed
 from harness.contract import ExecutorConfig
-from harness.executors._ray_cluster import LocalCluster
+from harness.system.modules import module_installed
 
 if not module_installed("ray"):
     raise ImportError("No module named 'ray'", name="ray")
 
 if TYPE_CHECKING:
-    from harness.executors._ray_executor import RayExecutor
+    from harness.executors.ray.executor import RayExecutor
 
 __all__ = ["RayExecutor", "create", "local_cluster"]
 
 
 def __getattr__(name: str) -> Any:
     if name == "RayExecutor":
-        from harness.executors._ray_executor import RayExecutor
+        from harness.executors.ray.executor import RayExecutor
 
         return RayExecutor
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -54,6 +58,9 @@ def local_cluster(num_cpus: int | None = None) -> Iterator[dict[str, str]]:
     if os.environ.get("RAY_ADDRESS") or os.environ.get(SESSION_CLUSTER_ENV, "1") == "0":
         yield {}
         return
+    # Here, not at the top: the cluster's keeper runs that module with -m.
+    from harness.executors.ray.cluster import LocalCluster
+
     cluster = LocalCluster.start(num_cpus if num_cpus is not None else max(16, 2 * (os.cpu_count() or 1)))
     try:
         # The test processes import Ray after this is set, so they take the
@@ -65,7 +72,7 @@ def local_cluster(num_cpus: int | None = None) -> Iterator[dict[str, str]]:
 
 def create(config: ExecutorConfig) -> RayExecutor:
     """The ``ray`` backend factory."""
-    from harness.executors._ray_executor import RayExecutor
+    from harness.executors.ray.executor import RayExecutor
 
     return RayExecutor(config)
 

@@ -25,12 +25,12 @@ from collections.abc import Callable
 
 import pytest
 
-from harness import leaks
-from harness._plugin_options import Options
-from harness._reaper import Reaper, reap
-from harness._stacks import STACKS_DIR_ENV
-from harness._stacks import collect as collect_stacks
-from harness._stacks import register as register_stacks
+from harness.pytest_plugin.options import Options
+from harness.system import leaks
+from harness.system.reaper import Reaper, reap
+from harness.system.stacks import STACKS_DIR_ENV
+from harness.system.stacks import collect as collect_stacks
+from harness.system.stacks import register as register_stacks
 
 __all__ = ["IsolatedTest", "prepare_parent", "run_isolated", "skipped_report", "timeout_of"]
 
@@ -352,8 +352,8 @@ def _synthetic(item: pytest.Item, when: str, message: str) -> pytest.TestReport:
 
 
 def _known_failure(item: pytest.Item) -> str | None:
-    """The reason of the known-failure xfail ``harness._expected`` gave the item, if any."""
-    from harness._expected import KNOWN_FAILURE
+    """The reason of the known-failure xfail ``harness.pytest_plugin.expected`` gave the item, if any."""
+    from harness.pytest_plugin.expected import KNOWN_FAILURE
 
     marker = item.get_closest_marker("xfail")
     reason = str(marker.kwargs.get("reason", "")) if marker is not None else ""

@@ -115,7 +115,7 @@ def reap(pgid: int, paths: list[str]) -> None:
     """Kill a test's whole group, and what its processes started that left the
     group (found by the tag the test process set: ``leaks.tag``); remove their
     shared memory and the test's temporary files."""
-    from harness import leaks
+    from harness.system import leaks
 
     escaped = leaks.tagged(f"{pgid}-", prefix=True)
     segments = _mapped_segments([*_members(pgid), *escaped])

@@ -4,18 +4,26 @@ Loaded through the ``pytest11`` entry point. For every test that uses the
 ``backend`` fixture (all of ``harness.conformance``):
 
 - it is parametrised over the selected backends, world sizes and start methods
-  (``--backend``, ``--world-size``, ``--start-method``: ``_plugin_options``);
+  (``--backend``, ``--world-size``, ``--start-method``: ``options``);
 - it runs in a fresh forked process that leads its own process group, so one
   backend's leftovers never reach the next test; past its timeout the whole
   group is killed, the stacks it dumped are attached, the test is reported
-  failed, and the run goes on (``_isolation``);
+  failed, and the run goes on (``isolation``);
 - a clause the backend declares unsupported is skipped with its reason;
 - its outcome lands in the clause matrix printed at the end, one of SPEC.md's
   outcomes, and a run that checked nothing for a named backend fails
-  (``_outcomes``).
+  (``outcomes``).
 
 The pytest parent never initialises CUDA nor starts a worker; it imports torch
 once, before the first test process forks, so that no test pays for it again.
+
+This package holds the hooks and fixtures (here), the settings and variants
+(``options``), one forked process per test (``isolation``) and tests side by
+side (``parallel``), the outcomes into the matrix (``outcomes``), known
+failures (``expected``) and what a first start leaves for good (``residue``);
+what a dying run leaves is ``harness.system.reaper``'s. It may import every
+floor below it: the report, whose matrix it fills, the suite, the public API,
+the loader, ``harness.system`` and ``harness.contract``.
 """
 
 from __future__ import annotations
@@ -30,12 +38,13 @@ from typing import Any
 
 import pytest
 
-from harness import _residue
-from harness._expected import leak_key, mark_known_failures
-from harness._isolation import IsolatedTest, prepare_parent, run_isolated, skipped_report, timeout_of
-from harness._outcomes import LEAK_CLAUSE, MatrixCollector, tag_item
-from harness._parallel import EXCLUSIVE_MARKER, ISOLATED_MARKER, run_side_by_side
-from harness._plugin_options import (
+from harness.backends import BUILTIN_BACKENDS, LoadedBackend, module_installed
+from harness.conformance._checks import bounded
+from harness.contract import CLAUSES, Executor, ExecutorConfig
+from harness.pytest_plugin import residue as _residue
+from harness.pytest_plugin.expected import leak_key, mark_known_failures
+from harness.pytest_plugin.isolation import IsolatedTest, prepare_parent, run_isolated, skipped_report, timeout_of
+from harness.pytest_plugin.options import (
     NO_BACKEND,
     Options,
     Unavailable,
@@ -48,11 +57,10 @@ from harness._plugin_options import (
     parse_options,
     variant_of,
 )
-from harness._reaper import Reaper
-from harness.backends import BUILTIN_BACKENDS, LoadedBackend, module_installed
-from harness.conformance._checks import bounded
-from harness.contract import CLAUSES, Executor, ExecutorConfig
+from harness.pytest_plugin.outcomes import LEAK_CLAUSE, MatrixCollector, tag_item
+from harness.pytest_plugin.parallel import EXCLUSIVE_MARKER, ISOLATED_MARKER, run_side_by_side
 from harness.report import ClauseMatrix, machine_settings
+from harness.system.reaper import Reaper
 
 __all__ = ["Variant", "gpu_count"]
 
@@ -271,7 +279,7 @@ def executor(
     for good (a library's monitor thread, a runtime connection) is told apart
     from a leak the way C10 does it: a second executor, started and shut down
     after the first, must leave nothing more."""
-    from harness import leaks
+    from harness.system import leaks
 
     before = leaks.baseline()
     ex = backend.factory(executor_config)
@@ -299,7 +307,7 @@ def executor(
     if problems and not again:
         proof = seen.get("proven_by")
         if proof is None and seen.get("residue") is not None:
-            # Proven here: the run's later tests of this variant may reuse it (harness._residue).
+            # Proven here: the run's later tests of this variant may reuse it (harness.pytest_plugin.residue).
             request.node.user_properties.append(("harness_residue", seen["residue"].to_json()))
         how = f", as a second start after {proof} showed" if proof else ""
         request.node.user_properties.append(
@@ -476,7 +484,7 @@ def _under_xdist(config: pytest.Config) -> bool:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtestloop(session: pytest.Session) -> bool | None:
-    """With --jobs above 1, run isolated tests side by side (``_parallel``).
+    """With --jobs above 1, run isolated tests side by side (``parallel``).
 
     Only where there are isolated tests to run, and never under pytest-xdist,
     whose controller and workers run loops of their own (each xdist worker

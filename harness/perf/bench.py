@@ -29,12 +29,12 @@ from dataclasses import asdict, dataclass
 from multiprocessing import shared_memory
 from typing import Any
 
-from harness import probes
-from harness._environ import environ
 from harness.backends import load_backend
+from harness.conformance import probes
+from harness.executors.mp.shm import buffer_of
 from harness.perf.runner import parse_side
 from harness.perf.workloads import time_calls
-from harness.shm import buffer_of
+from harness.system.environ import environ
 
 __all__ = ["IdleCPU", "LatencyResult", "idle_cpu", "measure_backend", "measure_floor", "measure_naive", "run"]
 

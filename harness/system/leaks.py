@@ -351,7 +351,7 @@ def lasting_leaks(
     first left, what the second left): the second list empty means the first's
     leftovers are the process's, not a leak. ``known_residue()``, asked before
     the second start, may answer that an earlier check proved such leftovers
-    the process's (``harness._residue``): then there is no second start."""
+    the process's (``harness.pytest_plugin.residue``): then there is no second start."""
     problems = wait_clean(before, timeout=timeout, fd_slack=None)
     if not problems:
         return [], []

@@ -30,9 +30,9 @@ from datetime import timedelta
 from multiprocessing.connection import Connection
 from typing import Any, NamedTuple
 
-from harness._stacks import register_from_env as register_stacks_from_env
-from harness.futures import Reply
-from harness.shm import RingHandle, RingReader, RingWriter
+from harness.executors.futures import Reply
+from harness.executors.mp.shm import RingHandle, RingReader, RingWriter
+from harness.system.stacks import register_from_env as register_stacks_from_env
 
 __all__ = [
     "FAIL_INIT_ENV",
@@ -223,7 +223,7 @@ class _ReplyChannel:
 
     def _notify(self) -> None:
         # Yield first: the caller may share this core and wait for this reply.
-        # The yield is also the fence of the handshake (harness.executors.multiproc):
+        # The yield is also the fence of the handshake (harness.executors.mp):
         # the reply is visible before the caller's flag is read.
         os.sched_yield()
         if self._writer.reader_asleep(0):

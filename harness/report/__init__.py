@@ -9,6 +9,9 @@ of them, in this order:
 
 so a pass never hides that another test of the same clause did not run, and a
 clause that only had nothing to look at never reads as a pass.
+
+This package is the report: it may import ``harness.contract`` and the floors
+below the plugin; the plugin and the command line render it.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from harness import leaks
+from harness.system import leaks
 
 __all__ = ["PROVEN", "Residue", "proven_for", "remember", "residue_since", "shape"]
 

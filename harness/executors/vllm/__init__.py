@@ -14,11 +14,16 @@ it to the suite as vLLM made it::
 ``shutdown`` are vLLM's, unwrapped: no future is wrapped, no timeout added, no
 argument checked, nothing retried. vLLM's behaviour is what is under test. The
 start-up failure of C22 is injected through a worker subclass
-(``harness.executors._vllm_workers``), chosen only when the injection is asked for.
+(``harness.executors.vllm.workers``), chosen only when the injection is asked for.
 
 vLLM reads its settings from the environment; those this module sets (unless
 the caller has) are the ones a CPU machine needs: a small KV cache, one core
 per rank, callables allowed through ``collective_rpc``, no hub access.
+
+This package holds the adapter (here), the worker subclasses of the C22
+injection (``workers``) and the known failures of vLLM's executors
+(``vllm_known_failures.txt``). It may import what ``harness.executors`` may,
+and vLLM.
 """
 
 from __future__ import annotations
@@ -29,15 +34,15 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from harness._environ import environ
 from harness.contract import ExecutorConfig
+from harness.system.environ import environ
 
 # ImportError here makes the backends "not run" with the install hint (harness.backends).
 import vllm  # (isort: skip)
 
 __all__ = ["create_mp", "create_ray", "create_uni", "greedy_tokens", "tiny_model"]
 
-#: What the C22 injection is keyed on (the suite's; see harness.worker).
+#: What the C22 injection is keyed on (the suite's; see harness.executors.mp.worker).
 FAIL_INIT_ENV = "HARNESS_FAIL_WORKER_INIT"
 
 #: vLLM settings for a CPU machine, set unless the environment has them.
@@ -112,7 +117,7 @@ def _engine_config(config: ExecutorConfig, backend: str) -> Any:
     cuda = config.device == "cuda"
     kwargs: dict[str, Any] = {}
     if FAIL_INIT_ENV in config.env or FAIL_INIT_ENV in os.environ:
-        kwargs["worker_cls"] = "harness.executors._vllm_workers." + ("FailingGpuWorker" if cuda else "FailingCpuWorker")
+        kwargs["worker_cls"] = "harness.executors.vllm.workers." + ("FailingGpuWorker" if cuda else "FailingCpuWorker")
     args = EngineArgs(
         model=tiny_model(),
         tensor_parallel_size=config.world_size,
@@ -224,7 +229,7 @@ def _vllm_version() -> str:
     return f"vllm {getattr(vllm, '__version__', 'unknown')}"
 
 
-#: What vLLM 0.32 is known to fail (harness/_expected.py), and the version installed, for the report.
+#: What vLLM 0.32 is known to fail (harness/pytest_plugin/expected.py), and the version installed, for the report.
 KNOWN_FAILURES = str(Path(__file__).with_name("vllm_known_failures.txt"))
 for _factory in (create_mp, create_uni, create_ray):
     _factory.expected_failures = KNOWN_FAILURES  # type: ignore[attr-defined]

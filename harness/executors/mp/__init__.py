@@ -30,6 +30,11 @@ Data flow::
 
 Nothing here listens on a socket: the process group meets through a file store
 in a private temporary folder, and gloo is pinned to loopback (C23).
+
+This package holds the executor (here), its shared-memory rings (``shm``) and
+its worker process (``worker``, whose ``Worker``, ``run_call`` and
+``init_distributed`` ``uni`` and ``ray`` use too). It may import what
+``harness.executors`` may.
 """
 
 from __future__ import annotations
@@ -54,9 +59,9 @@ from harness.contract import (
     WorkerInitError,
 )
 from harness.executors._group import Failure, GroupExecutor
-from harness.futures import FutureQueue, PendingCall, Reply
-from harness.shm import RingReader, RingWriter
-from harness.worker import (
+from harness.executors.futures import FutureQueue, PendingCall, Reply
+from harness.executors.mp.shm import RingReader, RingWriter
+from harness.executors.mp.worker import (
     SHUTDOWN_CALL_ID,
     WorkerSpec,
     decode_reply,
@@ -73,7 +78,7 @@ _FORCED_EXIT_S = 3.0
 # While the request ring is full, how long one wait for replies may block before
 # the ring is looked at again (workers free slots without replying).
 _RING_FULL_WAIT_S = 0.002
-_FORKSERVER_PRELOAD = ("torch", "torch.distributed", "harness.worker")
+_FORKSERVER_PRELOAD = ("torch", "torch.distributed", "harness.executors.mp.worker")
 # Slots of each rank's reply ring (each of the request ring's slot size).
 _REPLY_SLOTS = 8
 

@@ -16,7 +16,7 @@ Data flow::
 
 Ray is process-wide: executors share this process's connection. The first one
 connects to the cluster named by ``address`` or ``RAY_ADDRESS``, or else starts
-a local single-node cluster (``_ray_cluster``: it goes with this process, even
+a local single-node cluster (``ray.cluster``: it goes with this process, even
 when this process is SIGKILLed); the last one to shut down disconnects, and stops
 the cluster only if an executor started it. A Ray already initialised by the
 caller is used as it is and never shut down here.
@@ -44,7 +44,6 @@ import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from harness._environ import set_environ
 from harness.contract import (
     ExecutorConfig,
     ExecutorShutdownError,
@@ -52,9 +51,18 @@ from harness.contract import (
     WorkerInitError,
 )
 from harness.executors._group import Failure, GroupExecutor
-from harness.executors._ray_cluster import LocalCluster
-from harness.futures import FutureQueue, PendingCall, Reply
-from harness.worker import Request, Worker, decode_reply, encode_reply, error_reply, init_distributed, run_call
+from harness.executors.futures import FutureQueue, PendingCall, Reply
+from harness.executors.mp.worker import (
+    Request,
+    Worker,
+    decode_reply,
+    encode_reply,
+    error_reply,
+    init_distributed,
+    run_call,
+)
+from harness.executors.ray.cluster import LocalCluster
+from harness.system.environ import set_environ
 
 __all__ = ["RayExecutor"]
 

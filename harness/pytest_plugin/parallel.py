@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import pytest
 
-from harness._isolation import PROGRESS_EVERY_S, IsolatedTest
+from harness.pytest_plugin.isolation import PROGRESS_EVERY_S, IsolatedTest
 
 __all__ = ["EXCLUSIVE_MARKER", "ISOLATED_MARKER", "run_side_by_side"]
 

@@ -25,10 +25,10 @@ from typing import Any
 
 import pytest
 
-from harness import _residue
-from harness._plugin_options import Options, Unavailable, Variant, clauses_of, variant_of
 from harness.backends import LoadedBackend
 from harness.conformance._checks import BLOCKED_BY, NOT_APPLICABLE
+from harness.pytest_plugin import residue as _residue
+from harness.pytest_plugin.options import Options, Unavailable, Variant, clauses_of, variant_of
 from harness.report import (
     BLOCKED,
     DECLARED,
@@ -141,7 +141,7 @@ class MatrixCollector:
             self.unlisted_failures.append(f"{report.nodeid}: {_failure_message(report)}")
             return
         if report.skipped and known is not None:
-            # A known failure (harness._expected) is a failure: the list keeps the run green, not the clause.
+            # A known failure (pytest_plugin.expected) is a failure: the list keeps the run green, not the clause.
             # The note keeps what was seen, not only what the list expected: the evidence.
             seen = _failure_message(report) if report.longrepr else ""
             note = f"{known}; seen: {seen}" if seen else str(known)
@@ -173,7 +173,7 @@ class MatrixCollector:
                 else:
                     add(clause, column, NOT_RUN, test, reason)
         elif report.passed and report.when == "teardown" and "harness_known_leak" in props:
-            # A leak the backend's list names: C9 fails, the run goes on (harness._expected).
+            # A leak the backend's list names: C9 fails, the run goes on (harness.pytest_plugin.expected).
             add(LEAK_CLAUSE, column, FAIL, test, f"found after the test: {props['harness_known_leak']}")
             self.known_leaks.add(str(props.get("harness_known_leak_where", "")))
         elif report.passed and (report.when == "call" or (report.when == "teardown" and notes)):

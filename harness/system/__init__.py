@@ -1,0 +1,9 @@
+"""What a process holds, and how to look at it: its processes, threads,
+shared-memory segments and sockets (``leaks``), its GPUs (``gpus``), its
+stacks at a hang (``stacks``), its environment (``environ``), which modules
+it can import (``modules``); and the reaper (``reaper``), the process that
+ends what a dying test run leaves behind (it runs as ``python -m``, so it
+lives where no ``__init__.py`` imports it before runpy does).
+
+The ground floor, beside ``harness.contract``: it may import nothing of harness's.
+"""
