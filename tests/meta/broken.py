@@ -1280,3 +1280,50 @@ class DropsKwargsAndLeaksAThread(DropsKwargs):
 
 def drops_kwargs_and_leaks_a_thread(config: ExecutorConfig) -> DropsKwargsAndLeaksAThread:
     return DropsKwargsAndLeaksAThread(config)
+
+
+# ---- issue 26, no cheap green round 2: every word of SPEC.md, read as an adversary would ----
+
+
+class CallbacksPerDeath(_Wrapper):
+    """C8: the failure callbacks run once per dead worker, not once per executor:
+    one death runs each once (today's single-death checks pass), a second death
+    runs them all again. Deaths during shutdown() are not counted."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        self._callbacks: list[Any] = []
+        self._closing = threading.Event()
+        self._stop_r, self._stop_w = os.pipe()
+        procs = list(self.inner._group.processes)  # type: ignore[attr-defined]
+        self._monitor = threading.Thread(target=self._watch, args=(procs,), name="per-death-monitor", daemon=True)
+        self._monitor.start()
+
+    def _watch(self, procs: list[Any]) -> None:
+        from multiprocessing.connection import wait
+
+        alive = {p.sentinel: p for p in procs}
+        while alive:
+            ready = wait([self._stop_r, *alive])
+            if self._stop_r in ready or self._closing.is_set():
+                return
+            for sentinel in ready:
+                alive.pop(sentinel, None)  # type: ignore[call-overload]
+                for callback in list(self._callbacks):
+                    callback()
+
+    def register_failure_callback(self, callback: Any) -> None:
+        self._callbacks.append(callback)
+
+    def shutdown(self) -> None:
+        if not self._closing.is_set():
+            self._closing.set()
+            os.write(self._stop_w, b"x")
+            self._monitor.join(30)
+            os.close(self._stop_r)
+            os.close(self._stop_w)
+        super().shutdown()
+
+
+callbacks_per_death = CallbacksPerDeath
+
