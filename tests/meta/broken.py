@@ -1327,3 +1327,21 @@ class CallbacksPerDeath(_Wrapper):
 
 callbacks_per_death = CallbacksPerDeath
 
+
+_BOUNDED_FDS: list[int] = []
+#: How many executors of a process leave a pipe behind before the leak stops.
+_BOUNDED_LEAKS = 5
+
+
+class BoundedDescriptorLeak(_Wrapper):
+    """C10: the first five executors of a process each leave a pipe open, later ones
+    none: the excess stops growing after ten cycles, and is still a leak."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        if len(_BOUNDED_FDS) < 2 * _BOUNDED_LEAKS:
+            _BOUNDED_FDS.extend(os.pipe())
+
+
+bounded_descriptor_leak = BoundedDescriptorLeak
+

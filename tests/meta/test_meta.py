@@ -68,6 +68,7 @@ CASES = [
     ("leaves_session_helper", "C9", "c1_blocking_call_returns"),  # the leak check after any test
     # issue 26, no cheap green round 2: every word of SPEC.md, read as an adversary would
     ("callbacks_per_death", "C8", "c8_two_workers_dying"),
+    ("bounded_descriptor_leak", "C10", "c10_"),
 ]
 
 
