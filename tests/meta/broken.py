@@ -1345,3 +1345,71 @@ class BoundedDescriptorLeak(_Wrapper):
 
 bounded_descriptor_leak = BoundedDescriptorLeak
 
+
+_ALL_CALLBACKS: list[Any] = []
+
+
+class ProcessWideCallbacks(_Wrapper):
+    """C18: failure callbacks go into one registry for the whole process, and a
+    worker death in any executor runs them all: the other executor's too."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        self.inner.register_failure_callback(self._run_all)
+
+    @staticmethod
+    def _run_all() -> None:
+        callbacks, _ALL_CALLBACKS[:] = list(_ALL_CALLBACKS), []
+        for callback in callbacks:
+            callback()
+
+    def register_failure_callback(self, callback: Any) -> None:
+        _ALL_CALLBACKS.append(callback)
+
+
+_EXECUTORS: list[Any] = []
+
+
+class ShutdownStopsEveryExecutor(_Wrapper):
+    """C18: shutdown() stops the workers of every executor in the process (one
+    process-wide teardown), not only its own."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        _EXECUTORS.append(self.inner)
+
+    def shutdown(self) -> None:
+        for inner in list(_EXECUTORS):
+            inner.shutdown()
+        _EXECUTORS.clear()
+        self.inner.shutdown()
+
+
+_POISONED: list[str] = []
+
+
+class TimeoutPoisonsTheProcess(_Wrapper):
+    """C18: a timed-out call poisons a module-level state: every executor of the
+    process then fails its calls and its health check, saying why (which C7
+    allows the executor that timed out, and no other)."""
+
+    def _poisoned(self) -> None:
+        if _POISONED:
+            raise RuntimeError(f"a call timed out earlier in this process ({_POISONED[0]}): the executor is unusable")
+
+    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
+        self._poisoned()
+        try:
+            return super().collective_rpc(*a, **kw)
+        except TimeoutError as exc:
+            _POISONED.append(str(exc))
+            raise
+
+    def check_health(self) -> None:
+        self._poisoned()
+        super().check_health()
+
+
+process_wide_callbacks = ProcessWideCallbacks
+shutdown_stops_every_executor = ShutdownStopsEveryExecutor
+timeout_poisons_the_process = TimeoutPoisonsTheProcess

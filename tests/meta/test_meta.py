@@ -69,6 +69,9 @@ CASES = [
     # issue 26, no cheap green round 2: every word of SPEC.md, read as an adversary would
     ("callbacks_per_death", "C8", "c8_two_workers_dying"),
     ("bounded_descriptor_leak", "C10", "c10_"),
+    ("process_wide_callbacks", "C18", "c18_a_worker_death"),
+    ("shutdown_stops_every_executor", "C18", "c18_a_shutdown"),
+    ("timeout_poisons_the_process", "C18", "c18_a_timeout"),
 ]
 
 
