@@ -1413,3 +1413,85 @@ class TimeoutPoisonsTheProcess(_Wrapper):
 process_wide_callbacks = ProcessWideCallbacks
 shutdown_stops_every_executor = ShutdownStopsEveryExecutor
 timeout_poisons_the_process = TimeoutPoisonsTheProcess
+
+
+class SortedReplies(_Wrapper):
+    """C1: a blocking call's results come back sorted, not in rank order (the same
+    thing wherever rank r answers r, as most probes do)."""
+
+    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
+        out = super().collective_rpc(*a, **kw)
+        if isinstance(out, list):
+            try:
+                return sorted(out)
+            except TypeError:
+                return out
+        return out
+
+
+def _captured(worker: Any, method: Any, args: Any, kwargs: Any) -> tuple[bool, Any]:
+    import functools
+
+    fn = getattr(worker, method) if isinstance(method, str) else functools.partial(method, worker)
+    try:
+        return True, fn(*args, **(kwargs or {}))
+    except Exception as exc:  # noqa: BLE001 - handed to the caller
+        return False, f"rank {worker.rank}: {exc!r}"
+
+
+class StaleRepliesAfterAnError(_Wrapper):
+    """C6: a blocking call that fails on one rank leaves the other ranks' replies
+    queued, and the next call takes them as its own (vLLM's reply queues, read
+    until the first error)."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        self._stale: dict[int, Any] = {}
+
+    def collective_rpc(
+        self,
+        method: Any,
+        timeout: Any = None,
+        args: Any = (),
+        kwargs: Any = None,
+        non_block: bool = False,
+        unique_reply_rank: Any = None,
+    ) -> Any:
+        if non_block or unique_reply_rank is not None:
+            return self.inner.collective_rpc(method, timeout, args, kwargs, non_block, unique_reply_rank)
+        replies = self.inner.collective_rpc(_captured, timeout, (method, args, kwargs))
+        stale, self._stale = self._stale, {}
+        replies = [(True, stale[r]) if r in stale else reply for r, reply in enumerate(replies)]
+        errors = [value for ok, value in replies if not ok]
+        if errors:
+            self._stale = {r: value for r, (ok, value) in enumerate(replies) if ok}
+            raise RuntimeError(errors[0])
+        return [value for _, value in replies]
+
+
+class LateRangeCheck(_Wrapper):
+    """C2: with non_block=True an out-of-range unique_reply_rank is sent to the
+    workers, and only the future fails with ValueError (blocking calls check first)."""
+
+    def collective_rpc(
+        self,
+        method: Any,
+        timeout: Any = None,
+        args: Any = (),
+        kwargs: Any = None,
+        non_block: bool = False,
+        unique_reply_rank: Any = None,
+    ) -> Any:
+        if non_block and unique_reply_rank is not None and not 0 <= unique_reply_rank < self.world_size:
+            sent = self.inner.collective_rpc(method, timeout, args, kwargs, True)
+            failed: concurrent.futures.Future[Any] = concurrent.futures.Future()
+            sent.add_done_callback(
+                lambda _: failed.set_exception(ValueError(f"unique_reply_rank={unique_reply_rank} is out of range"))
+            )
+            return failed
+        return self.inner.collective_rpc(method, timeout, args, kwargs, non_block, unique_reply_rank)
+
+
+sorted_replies = SortedReplies
+stale_replies_after_an_error = StaleRepliesAfterAnError
+late_range_check = LateRangeCheck

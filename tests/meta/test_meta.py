@@ -72,6 +72,9 @@ CASES = [
     ("process_wide_callbacks", "C18", "c18_a_worker_death"),
     ("shutdown_stops_every_executor", "C18", "c18_a_shutdown"),
     ("timeout_poisons_the_process", "C18", "c18_a_timeout"),
+    ("sorted_replies", "C1", "c1_"),
+    ("stale_replies_after_an_error", "C6", "c6_worker_exception_fails_that_call"),
+    ("late_range_check", "C2", "c2_out_of_range and non_block"),
 ]
 
 
