@@ -1495,3 +1495,26 @@ class LateRangeCheck(_Wrapper):
 sorted_replies = SortedReplies
 stale_replies_after_an_error = StaleRepliesAfterAnError
 late_range_check = LateRangeCheck
+
+
+class ExitKeepsRunningWhenTheBodyRaises(_Wrapper):
+    """C11: leaving the with block shuts down only when the body returned; an
+    exception leaves the executor running."""
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is None:
+            self.shutdown()
+
+
+class TruncatedResults(_Wrapper):
+    """C17: results over 1 MiB come back cut to 1 MiB (arguments arrive whole)."""
+
+    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
+        out = super().collective_rpc(*a, **kw)
+        if isinstance(out, list):
+            return [r[: 1 << 20] if isinstance(r, bytes) else r for r in out]
+        return out
+
+
+exit_keeps_running_when_the_body_raises = ExitKeepsRunningWhenTheBodyRaises
+truncated_results = TruncatedResults

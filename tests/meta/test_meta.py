@@ -75,6 +75,8 @@ CASES = [
     ("sorted_replies", "C1", "c1_"),
     ("stale_replies_after_an_error", "C6", "c6_worker_exception_fails_that_call"),
     ("late_range_check", "C2", "c2_out_of_range and non_block"),
+    ("exit_keeps_running_when_the_body_raises", "C11", "c11_with_block_shuts_down_when_the_body_raises"),
+    ("truncated_results", "C17", "c17_large_results"),
 ]
 
 
