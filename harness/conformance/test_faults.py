@@ -101,13 +101,16 @@ def test_c8_a_worker_dying_mid_call_fails_pending_and_later_calls_and_runs_each_
     callbacks = _Callbacks(executor)
     bounded(executor.check_health, DEATH_BOUND_S, "check_health() on a healthy executor")  # must not raise
     rank, pid = victim(executor)
-    pending = one_future(
-        executor.collective_rpc(probes.sleep, args=(60.0,), non_block=True), "collective_rpc(non_block=True)"
-    )
-    time.sleep(0.3)  # the call is running on every rank
+    # Every pending call fails: the one running, and the one queued behind it.
+    pending = [
+        one_future(executor.collective_rpc(probes.sleep, args=(60.0,), non_block=True), "non_block=True")
+        for _ in range(2)
+    ]
+    time.sleep(0.3)  # the first call is running on every rank
     died = kill(pid)
-    what = f"the call pending when rank {rank} (pid {pid}) was killed"
-    expect_failure(error_of(pending, left(died), f"{what}, due within {DEATH_BOUND_S:g} s"), what)
+    for i, future in enumerate(pending):
+        what = f"pending call {i + 1} of 2 when rank {rank} (pid {pid}) was killed"
+        expect_failure(error_of(future, left(died), f"{what}, due within {DEATH_BOUND_S:g} s"), what)
     expect_failure(_call_error(executor, "a call after the death"), f"a call after rank {rank} died")
     _expect_unhealthy(executor, rank)
     callbacks.expect_all_ran(died, rank, "a call was in flight")

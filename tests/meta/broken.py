@@ -1518,3 +1518,39 @@ class TruncatedResults(_Wrapper):
 
 exit_keeps_running_when_the_body_raises = ExitKeepsRunningWhenTheBodyRaises
 truncated_results = TruncatedResults
+
+
+class FailsFirstPendingOnly(_Wrapper):
+    """C8: when a worker dies, only the oldest pending non-blocking call fails; the
+    others stay pending for good (one pending call, as a check may have, fails)."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        self._lock = threading.Lock()
+        self._failed_one = False
+
+    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
+        out = super().collective_rpc(*a, **kw)
+        if not kw.get("non_block"):
+            return out
+        outer: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def copy(inner: Any) -> None:
+            from harness.contract import WorkerDiedError
+
+            error = inner.exception()
+            if error is None:
+                outer.set_result(inner.result())
+                return
+            if isinstance(error, WorkerDiedError):
+                with self._lock:
+                    if self._failed_one:
+                        return  # the bug: left pending
+                    self._failed_one = True
+            outer.set_exception(error)
+
+        out.add_done_callback(copy)
+        return outer
+
+
+fails_first_pending_only = FailsFirstPendingOnly

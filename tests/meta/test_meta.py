@@ -77,6 +77,7 @@ CASES = [
     ("late_range_check", "C2", "c2_out_of_range and non_block"),
     ("exit_keeps_running_when_the_body_raises", "C11", "c11_with_block_shuts_down_when_the_body_raises"),
     ("truncated_results", "C17", "c17_large_results"),
+    ("fails_first_pending_only", "C8", "c8_a_worker_dying_mid_call"),
 ]
 
 
