@@ -48,6 +48,13 @@ def finish_in_reverse(worker: Any, step_s: float = 0.2) -> int:
     return int(worker.rank)
 
 
+def finish_in_reverse_with(worker: Any, step_s: float, values: list[Any]) -> Any:
+    """``finish_in_reverse``, answering ``values[rank]``: values chosen so that no
+    order but the ranks' (not arrival, not sorted) lists them as asked."""
+    finish_in_reverse(worker, step_s)
+    return values[int(worker.rank)]
+
+
 def raise_on_rank(worker: Any, rank: int, message: str) -> int:
     if worker.rank == rank:
         raise ValueError(message)

@@ -33,7 +33,10 @@ def test_c6_worker_exception_fails_that_call_with_its_message(executor: Any, wor
         executor.collective_rpc(probes.raise_on_rank, args=(world_size - 1, message))
     _not_a_stub(info.value, "a worker exception")
     assert message in str(info.value), f"got {info.value!r}, expected the worker's message {message!r}"
-    expect_equal(executor.collective_rpc(probes.rank), list(range(world_size)), "the call after the failure")
+    # The next call works: its own result on every rank, nothing the failed call left behind.
+    tag = token()
+    got = executor.collective_rpc(probes.echo_value, args=(tag,))
+    expect_equal(got, [tag] * world_size, "the call after the failure")
 
 
 @pytest.mark.clause("C6")

@@ -87,12 +87,15 @@ class _Callbacks:
                 f"{DEATH_BOUND_S:g} s of rank {rank}'s death ({how})"
             )
 
-    def expect_each_once(self) -> None:
+    def expect_each_once(self, settle: float = 0.5, how: str = "") -> None:
         __tracebackhide__ = True
-        time.sleep(0.5)  # a callback run twice, late, shows by now
+        time.sleep(settle)  # a callback run twice, late, shows by now
         wrong = {i + 1: n for i, n in enumerate(self.runs) if n != 1}
         if wrong:
-            raise AssertionError(f"failure callbacks ran {wrong} times (callback: runs), expected each exactly once")
+            raise AssertionError(
+                f"failure callbacks ran {wrong} times (callback: runs), expected each exactly once"
+                + (f" overall ({how})" if how else "")
+            )
 
 
 @pytest.mark.clause("C8")
@@ -100,13 +103,16 @@ def test_c8_a_worker_dying_mid_call_fails_pending_and_later_calls_and_runs_each_
     callbacks = _Callbacks(executor)
     bounded(executor.check_health, DEATH_BOUND_S, "check_health() on a healthy executor")  # must not raise
     rank, pid = victim(executor)
-    pending = one_future(
-        executor.collective_rpc(probes.sleep, args=(60.0,), non_block=True), "collective_rpc(non_block=True)"
-    )
-    time.sleep(0.3)  # the call is running on every rank
+    # Every pending call fails: the one running, and the one queued behind it.
+    pending = [
+        one_future(executor.collective_rpc(probes.sleep, args=(60.0,), non_block=True), "non_block=True")
+        for _ in range(2)
+    ]
+    time.sleep(0.3)  # the first call is running on every rank
     died = kill(pid)
-    what = f"the call pending when rank {rank} (pid {pid}) was killed"
-    expect_failure(error_of(pending, left(died), f"{what}, due within {DEATH_BOUND_S:g} s"), what)
+    for i, future in enumerate(pending):
+        what = f"pending call {i + 1} of 2 when rank {rank} (pid {pid}) was killed"
+        expect_failure(error_of(future, left(died), f"{what}, due within {DEATH_BOUND_S:g} s"), what)
     expect_failure(_call_error(executor, "a call after the death"), f"a call after rank {rank} died")
     _expect_unhealthy(executor, rank)
     callbacks.expect_all_ran(died, rank, "a call was in flight")
@@ -137,6 +143,40 @@ def test_c8_a_rank_killed_inside_a_collective_fails_the_call_and_shutdown_stays_
     once the victim dies (``error_out``); NCCL leaves them blocked for good
     (``stay_blocked``, modelled on the CPU): the call must fail either way."""
     kill_a_rank_inside_a_collective(executor, world_size, tmp_path, survivors, "cpu")
+
+
+def _two_victims(executor: Any, world_size: int) -> list[tuple[int, int]]:
+    """(rank, pid) of the two highest ranks with a process of their own: at world
+    size 3 or more a rank survives them, at 2 both ranks die."""
+    pids = [int(p) for p in bounded(lambda: executor.collective_rpc(probes.pid), 60, "collective_rpc(pid)")]
+    apart = [(rank, pid) for rank, pid in enumerate(pids) if pid != os.getpid()]
+    if len({pid for _, pid in apart}) < 2:
+        not_applicable(f"{len(apart)} rank(s) with a process apart from the caller: two workers cannot die")
+    return apart[-2:]
+
+
+@pytest.mark.clause("C8")
+@pytest.mark.parametrize("deaths", ["at_once", "one_after_the_other"])
+def test_c8_two_workers_dying_run_each_callback_exactly_once_overall(
+    executor: Any, world_size: int, deaths: str
+) -> None:
+    """Exactly once per executor, not once per death: a second death, at the same
+    moment or after the callbacks of the first ran, runs none of them again."""
+    callbacks = _Callbacks(executor)
+    (first, first_pid), (second, second_pid) = _two_victims(executor, world_size)
+    how = f"ranks {first} and {second} killed {deaths.replace('_', ' ')}"
+    died = kill(first_pid)
+    if deaths == "one_after_the_other":
+        callbacks.expect_all_ran(died, first, "the executor was idle, no call made")
+        time.sleep(0.2)
+    died = kill(second_pid)
+    callbacks.expect_all_ran(died, second, how)
+    _expect_unhealthy(executor, second)
+    # A run per death comes as soon as the death is seen, as the first run did.
+    wait_until(lambda: process_gone(second_pid), DEATH_BOUND_S)
+    callbacks.expect_each_once(settle=2.0, how=how)
+    bounded(executor.shutdown, 30, f"shutdown() after {how}")
+    callbacks.expect_each_once(how=how)
 
 
 @pytest.mark.clause("C13")

@@ -34,9 +34,11 @@ pytestmark = pytest.mark.timeout(300)
 
 @pytest.mark.clause("C1")
 def test_c1_results_are_in_rank_order_whatever_order_ranks_finish(executor: Any, world_size: int) -> None:
-    # Rank r sleeps (n-1-r) * step: the highest rank answers first.
-    got = executor.collective_rpc(probes.finish_in_reverse, args=(0.3,))
-    expect_equal(got, list(range(world_size)), "collective_rpc(finish_in_reverse)")
+    # Rank r sleeps (n-1-r) * step: the highest rank answers first. Rank r answers
+    # n - r, so that neither arrival order nor sorted order is rank order.
+    values = [(world_size - r, token()) for r in range(world_size)]
+    got = executor.collective_rpc(probes.finish_in_reverse_with, args=(0.3, values))
+    expect_equal(got, values, "collective_rpc(finish_in_reverse_with), rank r answering values[r]")
 
 
 @pytest.mark.clause("C1")
@@ -81,13 +83,18 @@ def test_c2_a_call_narrowed_to_one_reply_may_use_collectives(executor: Any, worl
 
 
 @pytest.mark.clause("C2")
+@pytest.mark.parametrize("call", ["blocking", "non_block"])
 @pytest.mark.parametrize("where", ["world_size", "-1"])
-def test_c2_out_of_range_rank_is_value_error_before_sending(executor: Any, world_size: int, where: str) -> None:
+def test_c2_out_of_range_rank_is_value_error_before_sending(
+    executor: Any, world_size: int, where: str, call: str
+) -> None:
     bad = world_size if where == "world_size" else -1
     key = f"c2-{token()}"
     executor.collective_rpc(probes.count_calls, args=(key,))
+    # collective_rpc itself raises, non_block=True too: a future that fails later
+    # means the call was made (and possibly sent).
     with pytest.raises(ValueError):
-        executor.collective_rpc(probes.count_calls, args=(key,), unique_reply_rank=bad)
+        executor.collective_rpc(probes.count_calls, args=(key,), unique_reply_rank=bad, non_block=call == "non_block")
     # Nothing reached the workers: the counter moved once more, not twice.
     expect_equal(
         executor.collective_rpc(probes.count_calls, args=(key,)),

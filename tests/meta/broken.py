@@ -1280,3 +1280,277 @@ class DropsKwargsAndLeaksAThread(DropsKwargs):
 
 def drops_kwargs_and_leaks_a_thread(config: ExecutorConfig) -> DropsKwargsAndLeaksAThread:
     return DropsKwargsAndLeaksAThread(config)
+
+
+# ---- issue 26, no cheap green round 2: every word of SPEC.md, read as an adversary would ----
+
+
+class CallbacksPerDeath(_Wrapper):
+    """C8: the failure callbacks run once per dead worker, not once per executor:
+    one death runs each once (today's single-death checks pass), a second death
+    runs them all again. Deaths during shutdown() are not counted."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        self._callbacks: list[Any] = []
+        self._closing = threading.Event()
+        self._stop_r, self._stop_w = os.pipe()
+        procs = list(self.inner._group.processes)  # type: ignore[attr-defined]
+        self._monitor = threading.Thread(target=self._watch, args=(procs,), name="per-death-monitor", daemon=True)
+        self._monitor.start()
+
+    def _watch(self, procs: list[Any]) -> None:
+        from multiprocessing.connection import wait
+
+        alive = {p.sentinel: p for p in procs}
+        while alive:
+            ready = wait([self._stop_r, *alive])
+            if self._stop_r in ready or self._closing.is_set():
+                return
+            for sentinel in ready:
+                alive.pop(sentinel, None)  # type: ignore[call-overload]
+                for callback in list(self._callbacks):
+                    callback()
+
+    def register_failure_callback(self, callback: Any) -> None:
+        self._callbacks.append(callback)
+
+    def shutdown(self) -> None:
+        if not self._closing.is_set():
+            self._closing.set()
+            os.write(self._stop_w, b"x")
+            self._monitor.join(30)
+            os.close(self._stop_r)
+            os.close(self._stop_w)
+        super().shutdown()
+
+
+callbacks_per_death = CallbacksPerDeath
+
+
+_BOUNDED_FDS: list[int] = []
+#: How many executors of a process leave a pipe behind before the leak stops.
+_BOUNDED_LEAKS = 5
+
+
+class BoundedDescriptorLeak(_Wrapper):
+    """C10: the first five executors of a process each leave a pipe open, later ones
+    none: the excess stops growing after ten cycles, and is still a leak."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        if len(_BOUNDED_FDS) < 2 * _BOUNDED_LEAKS:
+            _BOUNDED_FDS.extend(os.pipe())
+
+
+bounded_descriptor_leak = BoundedDescriptorLeak
+
+
+_ALL_CALLBACKS: list[Any] = []
+
+
+class ProcessWideCallbacks(_Wrapper):
+    """C18: failure callbacks go into one registry for the whole process, and a
+    worker death in any executor runs them all: the other executor's too."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        self.inner.register_failure_callback(self._run_all)
+
+    @staticmethod
+    def _run_all() -> None:
+        callbacks, _ALL_CALLBACKS[:] = list(_ALL_CALLBACKS), []
+        for callback in callbacks:
+            callback()
+
+    def register_failure_callback(self, callback: Any) -> None:
+        _ALL_CALLBACKS.append(callback)
+
+
+_EXECUTORS: list[Any] = []
+
+
+class ShutdownStopsEveryExecutor(_Wrapper):
+    """C18: shutdown() stops the workers of every executor in the process (one
+    process-wide teardown), not only its own."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        _EXECUTORS.append(self.inner)
+
+    def shutdown(self) -> None:
+        for inner in list(_EXECUTORS):
+            inner.shutdown()
+        _EXECUTORS.clear()
+        self.inner.shutdown()
+
+
+_POISONED: list[str] = []
+
+
+class TimeoutPoisonsTheProcess(_Wrapper):
+    """C18: a timed-out call poisons a module-level state: every executor of the
+    process then fails its calls and its health check, saying why (which C7
+    allows the executor that timed out, and no other)."""
+
+    def _poisoned(self) -> None:
+        if _POISONED:
+            raise RuntimeError(f"a call timed out earlier in this process ({_POISONED[0]}): the executor is unusable")
+
+    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
+        self._poisoned()
+        try:
+            return super().collective_rpc(*a, **kw)
+        except TimeoutError as exc:
+            _POISONED.append(str(exc))
+            raise
+
+    def check_health(self) -> None:
+        self._poisoned()
+        super().check_health()
+
+
+process_wide_callbacks = ProcessWideCallbacks
+shutdown_stops_every_executor = ShutdownStopsEveryExecutor
+timeout_poisons_the_process = TimeoutPoisonsTheProcess
+
+
+class SortedReplies(_Wrapper):
+    """C1: a blocking call's results come back sorted, not in rank order (the same
+    thing wherever rank r answers r, as most probes do)."""
+
+    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
+        out = super().collective_rpc(*a, **kw)
+        if isinstance(out, list):
+            try:
+                return sorted(out)
+            except TypeError:
+                return out
+        return out
+
+
+def _captured(worker: Any, method: Any, args: Any, kwargs: Any) -> tuple[bool, Any]:
+    import functools
+
+    fn = getattr(worker, method) if isinstance(method, str) else functools.partial(method, worker)
+    try:
+        return True, fn(*args, **(kwargs or {}))
+    except Exception as exc:  # noqa: BLE001 - handed to the caller
+        return False, f"rank {worker.rank}: {exc!r}"
+
+
+class StaleRepliesAfterAnError(_Wrapper):
+    """C6: a blocking call that fails on one rank leaves the other ranks' replies
+    queued, and the next call takes them as its own (vLLM's reply queues, read
+    until the first error)."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        self._stale: dict[int, Any] = {}
+
+    def collective_rpc(
+        self,
+        method: Any,
+        timeout: Any = None,
+        args: Any = (),
+        kwargs: Any = None,
+        non_block: bool = False,
+        unique_reply_rank: Any = None,
+    ) -> Any:
+        if non_block or unique_reply_rank is not None:
+            return self.inner.collective_rpc(method, timeout, args, kwargs, non_block, unique_reply_rank)
+        replies = self.inner.collective_rpc(_captured, timeout, (method, args, kwargs))
+        stale, self._stale = self._stale, {}
+        replies = [(True, stale[r]) if r in stale else reply for r, reply in enumerate(replies)]
+        errors = [value for ok, value in replies if not ok]
+        if errors:
+            self._stale = {r: value for r, (ok, value) in enumerate(replies) if ok}
+            raise RuntimeError(errors[0])
+        return [value for _, value in replies]
+
+
+class LateRangeCheck(_Wrapper):
+    """C2: with non_block=True an out-of-range unique_reply_rank is sent to the
+    workers, and only the future fails with ValueError (blocking calls check first)."""
+
+    def collective_rpc(
+        self,
+        method: Any,
+        timeout: Any = None,
+        args: Any = (),
+        kwargs: Any = None,
+        non_block: bool = False,
+        unique_reply_rank: Any = None,
+    ) -> Any:
+        if non_block and unique_reply_rank is not None and not 0 <= unique_reply_rank < self.world_size:
+            sent = self.inner.collective_rpc(method, timeout, args, kwargs, True)
+            failed: concurrent.futures.Future[Any] = concurrent.futures.Future()
+            sent.add_done_callback(
+                lambda _: failed.set_exception(ValueError(f"unique_reply_rank={unique_reply_rank} is out of range"))
+            )
+            return failed
+        return self.inner.collective_rpc(method, timeout, args, kwargs, non_block, unique_reply_rank)
+
+
+sorted_replies = SortedReplies
+stale_replies_after_an_error = StaleRepliesAfterAnError
+late_range_check = LateRangeCheck
+
+
+class ExitKeepsRunningWhenTheBodyRaises(_Wrapper):
+    """C11: leaving the with block shuts down only when the body returned; an
+    exception leaves the executor running."""
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is None:
+            self.shutdown()
+
+
+class TruncatedResults(_Wrapper):
+    """C17: results over 1 MiB come back cut to 1 MiB (arguments arrive whole)."""
+
+    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
+        out = super().collective_rpc(*a, **kw)
+        if isinstance(out, list):
+            return [r[: 1 << 20] if isinstance(r, bytes) else r for r in out]
+        return out
+
+
+exit_keeps_running_when_the_body_raises = ExitKeepsRunningWhenTheBodyRaises
+truncated_results = TruncatedResults
+
+
+class FailsFirstPendingOnly(_Wrapper):
+    """C8: when a worker dies, only the oldest pending non-blocking call fails; the
+    others stay pending for good (one pending call, as a check may have, fails)."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        self._lock = threading.Lock()
+        self._failed_one = False
+
+    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
+        out = super().collective_rpc(*a, **kw)
+        if not kw.get("non_block"):
+            return out
+        outer: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def copy(inner: Any) -> None:
+            from harness.contract import WorkerDiedError
+
+            error = inner.exception()
+            if error is None:
+                outer.set_result(inner.result())
+                return
+            if isinstance(error, WorkerDiedError):
+                with self._lock:
+                    if self._failed_one:
+                        return  # the bug: left pending
+                    self._failed_one = True
+            outer.set_exception(error)
+
+        out.add_done_callback(copy)
+        return outer
+
+
+fails_first_pending_only = FailsFirstPendingOnly

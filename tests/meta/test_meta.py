@@ -66,6 +66,18 @@ CASES = [
     ("helper_loose_shm", "C23", "c23_"),
     ("leaves_session_helper", "C9", "c9_shutdown_of_an_idle"),
     ("leaves_session_helper", "C9", "c1_blocking_call_returns"),  # the leak check after any test
+    # issue 26, no cheap green round 2: every word of SPEC.md, read as an adversary would
+    ("callbacks_per_death", "C8", "c8_two_workers_dying"),
+    ("bounded_descriptor_leak", "C10", "c10_"),
+    ("process_wide_callbacks", "C18", "c18_a_worker_death"),
+    ("shutdown_stops_every_executor", "C18", "c18_a_shutdown"),
+    ("timeout_poisons_the_process", "C18", "c18_a_timeout"),
+    ("sorted_replies", "C1", "c1_"),
+    ("stale_replies_after_an_error", "C6", "c6_worker_exception_fails_that_call"),
+    ("late_range_check", "C2", "c2_out_of_range and non_block"),
+    ("exit_keeps_running_when_the_body_raises", "C11", "c11_with_block_shuts_down_when_the_body_raises"),
+    ("truncated_results", "C17", "c17_large_results"),
+    ("fails_first_pending_only", "C8", "c8_a_worker_dying_mid_call"),
 ]
 
 

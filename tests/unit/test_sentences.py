@@ -1,0 +1,107 @@
+"""docs/sentences.md covers every sentence of every SPEC.md clause, and names only
+tests of the suite and broken backends of tests/meta/broken.py that exist."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = ROOT / "docs" / "SPEC.md"
+SENTENCES = ROOT / "docs" / "sentences.md"
+SUITE = ROOT / "harness" / "conformance"
+BROKEN = ROOT / "tests" / "meta" / "broken.py"
+
+#: A sentence ends at ".", "!" or "?" followed by a space and a capital, a backquote or a parenthesis.
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`(])")
+_NAME = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*)`")
+
+
+def clauses(text: str) -> list[tuple[str, str]]:
+    """(id, text) of each row of SPEC.md's clause table."""
+    return re.findall(r"^\| (C\d+) \| (.+) \|$", text, re.MULTILINE)
+
+
+def sentences(clause: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE_END.split(clause) if s.strip()]
+
+
+def normalised(text: str) -> str:
+    """Whitespace collapsed, markdown's escaped pipes and trailing spaces undone."""
+    return " ".join(text.replace("\\|", "|").split())
+
+
+def table() -> list[tuple[str, str, str, str]]:
+    """(clause, sentence, tests, broken backends) of each row of docs/sentences.md."""
+    rows = []
+    for line in SENTENCES.read_text(encoding="utf-8").splitlines():
+        if not re.match(r"^\| C\d+ \|", line):
+            continue
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+        assert len(cells) == 4, f"docs/sentences.md: a row of {len(cells)} cells, expected 4: {line}"
+        rows.append((cells[0], cells[1], cells[2], cells[3]))
+    return rows
+
+
+def suite_tests() -> set[str]:
+    names = set()
+    for path in SUITE.glob("test_*.py"):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                names.add(node.name)
+    return names
+
+
+def broken_backends() -> set[str]:
+    """Every top-level name of tests/meta/broken.py (functions, classes, aliases)."""
+    names = set()
+    for node in ast.parse(BROKEN.read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return names
+
+
+def test_the_splitter_splits_at_sentence_ends_only() -> None:
+    got = sentences("A call works (see `x.y()`), e.g. 0..n-1. A second `shutdown()` is a no-op. `t` fails.")
+    assert got == ["A call works (see `x.y()`), e.g. 0..n-1.", "A second `shutdown()` is a no-op.", "`t` fails."]
+
+
+def test_every_sentence_of_every_clause_has_a_row() -> None:
+    found = clauses(SPEC.read_text(encoding="utf-8"))
+    assert len(found) == 24, f"SPEC.md's clause table: {len(found)} clauses found, expected C1..C24"
+    rows = {(clause, normalised(sentence)) for clause, sentence, _, _ in table()}
+    missing = [
+        f"{clause}: {sentence}"
+        for clause, text in found
+        for sentence in sentences(text)
+        if (clause, normalised(sentence)) not in rows
+    ]
+    assert not missing, "sentences of SPEC.md without a row in docs/sentences.md:\n" + "\n".join(missing)
+    spec = {(clause, normalised(s)) for clause, text in found for s in sentences(text)}
+    stale = sorted(rows - spec)
+    assert not stale, f"rows of docs/sentences.md for sentences SPEC.md no longer has: {stale}"
+
+
+def test_every_test_named_exists_in_the_suite() -> None:
+    known = suite_tests()
+    for clause, sentence, tests, _ in table():
+        names = _NAME.findall(tests)
+        assert names, f"{clause}: {sentence!r} names no test"
+        unknown = [n for n in names if n not in known]
+        assert not unknown, f"{clause}: tests {unknown} are not in harness/conformance/test_*.py"
+        wrong = [n for n in names if not n.startswith(f"test_{clause.lower()}_")]
+        assert not wrong, f"{clause}: tests {wrong} are another clause's"
+
+
+def test_every_broken_backend_named_exists_and_gaps_say_so() -> None:
+    known = broken_backends()
+    for clause, sentence, _, backends in table():
+        names = _NAME.findall(backends)
+        unknown = [n for n in names if n not in known]
+        assert not unknown, f"{clause}: broken backends {unknown} are not in tests/meta/broken.py"
+        assert names or backends.startswith("none yet: "), (
+            f"{clause}: {sentence!r} names no broken backend and does not say 'none yet: <why>'"
+        )
