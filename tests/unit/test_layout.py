@@ -92,9 +92,7 @@ def upward_imports(module: str, source: str, known: set[str], path: Path | None 
     for line, imported in imports_of(module, source, known, path is not None and path.name == "__init__.py"):
         above = floor_of(imported)
         if above is not None and above > floor:
-            wrong.append(
-                f"{where}:{line}: {module} (floor {floor}) imports {imported} (floor {above}), a higher floor"
-            )
+            wrong.append(f"{where}:{line}: {module} (floor {floor}) imports {imported} (floor {above}), a higher floor")
     return wrong
 
 
