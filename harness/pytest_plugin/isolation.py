@@ -26,13 +26,16 @@ from collections.abc import Callable
 import pytest
 
 from harness.pytest_plugin.options import Options
-from harness.system import leaks
+from harness.system import leaks, leftovers
 from harness.system.reaper import Reaper, reap
 from harness.system.stacks import STACKS_DIR_ENV
 from harness.system.stacks import collect as collect_stacks
 from harness.system.stacks import register as register_stacks
 
-__all__ = ["IsolatedTest", "prepare_parent", "run_isolated", "skipped_report", "timeout_of"]
+__all__ = ["REMOVED_PROPERTY", "IsolatedTest", "prepare_parent", "run_isolated", "skipped_report", "timeout_of"]
+
+#: The user property (JSON) on a test's last report: what its processes left, removed after it.
+REMOVED_PROPERTY = "harness_removed"
 
 #: What the pytest process imports once, before the first test process forks,
 #: so that no test process pays for it again (torch: about a second each).
@@ -158,7 +161,12 @@ class IsolatedTest:
             # Whatever this test starts carries a tag that begins with this pid:
             # the reaper finds it even where it left the group (setsid).
             leaks.tag()
+            # Every process of the test (workers too) puts its files in the test's folder.
             tempfile.tempdir = self._test_tmp
+            os.environ["TMPDIR"] = self._test_tmp
+            keep = bool(self.item.config.getoption("harness_keep_leftovers", False))
+            why_shared = "kept for debugging (--harness-keep-leftovers)" if keep else leftovers.enter_private_shm()
+            shm_before = None if why_shared is None else leaks.shm_segments(include_semaphores=True)
             os.environ[STACKS_DIR_ENV] = self._stacks_dir  # workers of the built-in backends dump there too
             register_stacks(self._stacks_dir)  # the parent asks with SIGUSR1 before it kills us
             from _pytest.runner import runtestprotocol
@@ -171,8 +179,13 @@ class IsolatedTest:
             with catch_warnings_for_item(config, ihook=self.item.ihook, when="runtest", item=self.item):
                 reports = runtestprotocol(self.item, log=False, nextitem=None)
             data = [config.hook.pytest_report_to_serializable(config=config, report=r) for r in reports]
+            ours = {os.getpid(), *leaks.started_by(os.getpid(), leaks.tag())}
+            left = leftovers.what_was_left(self._test_tmp, shm_before, ours)
+            if not keep:
+                leftovers.remove(left, self._test_tmp)
+            how = "a /dev/shm of its own" if why_shared is None else f"/dev/shm by a diff ({why_shared})"
             with open(self._results, "w", encoding="utf-8") as out:
-                json.dump(data, out)
+                json.dump({"reports": data, "left": left.to_json(), "shm": how}, out)
         except BaseException:  # noqa: BLE001 - report through the exit code; the parent explains
             code = 3
         finally:
@@ -196,7 +209,8 @@ class IsolatedTest:
         if not dumped:
             dumped = collect_stacks([], self._stacks_dir)  # what the child dumped on its own
         shutil.rmtree(self._stacks_dir, ignore_errors=True)
-        shutil.rmtree(self._test_tmp, ignore_errors=True)
+        if not self.item.config.getoption("harness_keep_leftovers", False):
+            shutil.rmtree(self._test_tmp, ignore_errors=True)
         if self._reaper is not None:
             self._reaper.unregister(self.pid)
         return raw, dumped
@@ -212,7 +226,10 @@ class IsolatedTest:
                 dumped = collect_stacks([pid, *_group_members(pid)], self._stacks_dir)
                 _kill_group(pid, settle_s=0)
                 _, status = os.waitpid(pid, 0)
-            leftover = _kill_group(pid)  # anything the test left in its group (workers) dies now
+            # Anything the test left in its group (workers) dies now; on a loaded
+            # machine, processes on their way out get longer to finish on their own.
+            self.settled_s = leftover_settle_s()
+            leftover = _kill_group(pid, self.settled_s)
         except BaseException:
             self.abort()
             raise
@@ -228,22 +245,27 @@ class IsolatedTest:
             ]
         try:
             config = item.config
-            data = json.loads(raw)
+            written = json.loads(raw)
+            data, left, how = written["reports"], written["left"], written["shm"]
             reports = [config.hook.pytest_report_from_serializable(config=config, data=d) for d in data]
             for report in reports:
                 if isinstance(report.longrepr, list):  # a skip's (path, line, reason), listed by JSON
                     report.longrepr = tuple(report.longrepr)
-        except ValueError:
+        except (ValueError, KeyError, TypeError):
             return [_synthetic(item, "call", f"the test process died (status {status}) before reporting.\n{dumped}")]
         if leftover:
             reports.append(
                 _synthetic(
                     item,
                     "teardown",
-                    f"processes left running {LEFTOVER_SETTLE_S:g} s after the test's process ended, "
+                    f"processes left running {self.settled_s:.0f} s after the test's process ended, "
                     f"killed now: {leftover}",
                 )
             )
+        left["processes"] = len(leftover)
+        if self.item.config.getoption("harness_keep_leftovers", False):
+            left["kept"] = self._test_tmp
+        reports[-1].user_properties += [(REMOVED_PROPERTY, json.dumps(left)), ("harness_shm", how)]
         return reports
 
 
@@ -287,6 +309,20 @@ def _wait_child(
 #: process that outlives its parent by design (Python's fork server notices its
 #: parent's end, then unloads torch) can take seconds on a loaded machine.
 LEFTOVER_SETTLE_S = 5.0
+#: On a loaded machine the settle wait scales with the load, up to this many times.
+_LOAD_SCALE_MAX = 6.0
+
+
+def leftover_settle_s() -> float:
+    """How long a test's leftover processes get to exit on their own: 5 s, times
+    the load per CPU where the machine is busier than its CPUs (the suite's own
+    wait, not a bound of SPEC's: a busy machine must not turn a slow exit into a
+    finding)."""
+    try:
+        per_cpu = os.getloadavg()[0] / (os.cpu_count() or 1)
+    except OSError:
+        per_cpu = 1.0
+    return LEFTOVER_SETTLE_S * min(_LOAD_SCALE_MAX, max(1.0, per_cpu))
 
 
 def _kill_group(pgid: int, settle_s: float = LEFTOVER_SETTLE_S) -> list[str]:

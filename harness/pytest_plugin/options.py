@@ -162,6 +162,10 @@ _OPTIONS = (
     ("--harness-report-json", "--report-json", "harness_report_json", "write the clause matrix as JSON to this path"),
     ("--harness-report-md", "--report-md", "harness_report_md", "write the clause matrix as Markdown to this path"),
 )
+HELP_KEEP_LEFTOVERS = (
+    "keep what each test's processes left (segments, semaphores, files in its temporary folder) for debugging, "
+    "instead of removing it after the test (they are reported either way)"
+)
 _GROUP = "harness"
 
 
@@ -170,6 +174,9 @@ def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup(_GROUP, "executor conformance")
     for option, _, dest, help_text in _OPTIONS:
         group.addoption(option, dest=dest, default=None, help=help_text)
+    group.addoption(
+        "--harness-keep-leftovers", dest="harness_keep_leftovers", action="store_true", help=HELP_KEEP_LEFTOVERS
+    )
     parser.addini("harness_backends", HELP_BACKEND, default="")
     parser.addini("harness_world_sizes", HELP_WORLD_SIZE, default="")
     parser.addini("harness_backend_world_sizes", HELP_BACKEND_WORLD_SIZES, default="")

@@ -21,6 +21,7 @@ checked nothing, and the run fails with the reason (SPEC.md, "Outcomes").
 from __future__ import annotations
 
 import functools
+import json
 from typing import Any
 
 import pytest
@@ -28,6 +29,7 @@ import pytest
 from harness.backends import LoadedBackend
 from harness.conformance._checks import BLOCKED_BY, NOT_APPLICABLE
 from harness.pytest_plugin import residue as _residue
+from harness.pytest_plugin.isolation import REMOVED_PROPERTY
 from harness.pytest_plugin.options import Options, Unavailable, Variant, clauses_of, variant_of
 from harness.report import (
     BLOCKED,
@@ -125,6 +127,14 @@ class MatrixCollector:
             _residue.remember(str(props["harness_variant"]), str(props["harness_residue"]), test)
         self.saw_backend_tests = True
         self._dirty = False
+        if REMOVED_PROPERTY in props:
+            self.matrix.add_removed(str(props["harness_backend"]), json.loads(str(props[REMOVED_PROPERTY])))
+            done = "kept" if self.matrix.kept else "removed after it"
+            self.matrix.settings.setdefault(
+                "leftovers",
+                f"each test's own TMPDIR and {props.get('harness_shm')}; what a test's processes left is {done}",
+            )
+            self._dirty = True
         self._fold(report, props, column, test)
         if self._dirty and self.json_path:
             self.matrix.write(self.json_path, None)

@@ -50,26 +50,56 @@ __all__ = [
 TAG_ENV = "HARNESS_LEAK_TAG"
 _MARKER_PREFIX = "harness-tag-"
 
-_SHM_DIR = "/dev/shm"
+SHM_DIR = "/dev/shm"
+#: POSIX named semaphores live in /dev/shm under this prefix (glibc).
+SEMAPHORE_PREFIX = "sem."
+#: pytest's own temporary folders (tmp_path): the suite's, never a backend's.
+PYTEST_TMP_PREFIX = "pytest-of-"
 _LOOPBACK_PREFIXES = ("127.", "::1", "::ffff:127.")
 
 
-def shm_segments() -> set[str]:
-    """POSIX shared-memory segments of this user (Linux: /dev/shm). Other users'
-    segments are no executor's of ours, whatever they are doing meanwhile."""
+def shm_segments(include_semaphores: bool = False) -> set[str]:
+    """POSIX shared-memory segments of this user (Linux: /dev/shm); with
+    ``include_semaphores``, named semaphores (``sem.*``, in the same folder) too.
+    Other users' segments are no executor's of ours, whatever they are doing meanwhile."""
     uid = os.getuid()
     out: set[str] = set()
     try:
-        names = os.listdir(_SHM_DIR)
+        names = os.listdir(SHM_DIR)
     except FileNotFoundError:  # not Linux: nothing we can list
         return out
     for name in names:
+        if name.startswith(SEMAPHORE_PREFIX) and not include_semaphores:
+            continue
         try:
-            if os.stat(os.path.join(_SHM_DIR, name)).st_uid == uid:
+            if os.stat(os.path.join(SHM_DIR, name)).st_uid == uid:
                 out.add(name)
         except FileNotFoundError:
             continue
     return out
+
+
+def semaphores() -> set[str]:
+    """POSIX named semaphores of this user (``/dev/shm/sem.<name>``)."""
+    return {n for n in shm_segments(include_semaphores=True) if n.startswith(SEMAPHORE_PREFIX)}
+
+
+def temp_entries() -> set[str]:
+    """The entries of this process's temporary folder (``tempfile.gettempdir()``;
+    a test's own, under the suite), pytest's own folders aside: where an
+    executor's processes put their files and unix sockets."""
+    import sys
+    import tempfile
+
+    # multiprocessing's folder for this process (its fork server's socket): the
+    # process's for its whole life, as its fork server is (see _python_helpers).
+    mp_process = sys.modules.get("multiprocessing.process")
+    own = getattr(mp_process.current_process(), "_config", {}).get("tempdir") if mp_process else None
+    try:
+        names = os.listdir(tempfile.gettempdir())
+    except OSError:
+        return set()
+    return {n for n in names if not n.startswith(PYTEST_TMP_PREFIX) and n != os.path.basename(own or "")}
 
 
 # (pid that set it, the tag, its marker descriptor)
@@ -178,7 +208,7 @@ def shm_mapped_by(pids: Iterable[int]) -> set[str]:
     """Names of the shared-memory segments (still linked in /dev/shm) that any of
     ``pids`` has mapped: whatever created them, they are in use by those processes."""
     out: set[str] = set()
-    prefix = _SHM_DIR + "/"
+    prefix = SHM_DIR + "/"
     for pid in pids:
         try:
             with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as maps:
@@ -205,7 +235,7 @@ def listening_sockets(pid: int | None = None) -> list[tuple[str, int]]:
 def mapped_outside(name: str, ours: set[int]) -> bool:
     """True if a process other than ``ours`` (this one and what it started) maps
     the segment: then it is someone else's (another run on the machine), not our leak."""
-    needle = f"{_SHM_DIR}/{name}"
+    needle = f"{SHM_DIR}/{name}"
     for pid_dir in os.listdir("/proc") if os.path.isdir("/proc") else []:
         if not pid_dir.isdigit() or int(pid_dir) in ours:
             continue
@@ -230,6 +260,9 @@ class Snapshot:
     shm: set[str] = field(default_factory=set)
     listening: set[tuple[str, int]] = field(default_factory=set)
     fds: int = 0
+    semaphores: set[str] = field(default_factory=set)
+    #: Entries of the temporary folder (files, folders, unix sockets).
+    temp: set[str] = field(default_factory=set)
 
 
 def _python_helpers() -> set[int]:
@@ -270,6 +303,8 @@ def snapshot() -> Snapshot:
         shm=shm_segments(),
         listening=set(listening_sockets()),
         fds=proc.num_fds() if hasattr(proc, "num_fds") else 0,
+        semaphores=semaphores(),
+        temp=temp_entries(),
     )
 
 
@@ -316,6 +351,12 @@ def diff(before: Snapshot, after: Snapshot, fd_slack: int | None = 0) -> list[st
     new_listening = after.listening - before.listening
     if new_listening:
         problems.append(f"listening sockets left: {sorted(new_listening)}")
+    new_semaphores = after.semaphores - before.semaphores
+    if new_semaphores:
+        problems.append(f"named semaphores left: {sorted(new_semaphores)}")
+    new_temp = after.temp - before.temp
+    if new_temp:
+        problems.append(f"files left in the temporary folder: {sorted(new_temp)}")
     if fd_slack is not None and after.fds > before.fds + fd_slack:
         problems.append(f"file descriptors: {before.fds} before, {after.fds} after")
     return problems

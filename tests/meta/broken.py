@@ -1554,3 +1554,49 @@ class FailsFirstPendingOnly(_Wrapper):
 
 
 fails_first_pending_only = FailsFirstPendingOnly
+
+
+# --------------------------------------------------------------------------- temporary folder, semaphores
+
+
+def _bind_a_socket_file(worker: Any) -> str:
+    """In a worker: bind a unix socket in the worker's temporary folder, and forget it there."""
+    import socket
+    import tempfile
+
+    path = os.path.join(tempfile.gettempdir(), f"meta-{os.getpid()}-{worker.rank}.sock")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(path)
+    sock.close()  # the file stays: nothing unlinks it
+    return path
+
+
+def _create_a_named_semaphore(worker: Any) -> str:
+    """In a worker: create a POSIX named semaphore (/dev/shm/sem.*) and never unlink it."""
+    import _multiprocessing
+
+    name = f"/harness-meta-{os.getpid()}-{worker.rank}"
+    _multiprocessing.SemLock(1, 1, 1, name, False)  # kind SEMAPHORE, value 1, max 1, unlink: no
+    return name
+
+
+class LeavesASocketFile(_Wrapper):
+    """C9 (the leak check after a test): each worker leaves a unix socket file in
+    its temporary folder, which shutdown() never removes."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        self.inner.collective_rpc(_bind_a_socket_file)
+
+
+class LeavesANamedSemaphore(_Wrapper):
+    """C9 (the leak check after a test): each worker creates a named semaphore
+    that nothing unlinks."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        self.inner.collective_rpc(_create_a_named_semaphore)
+
+
+leaves_a_socket_file = LeavesASocketFile
+leaves_a_named_semaphore = LeavesANamedSemaphore

@@ -66,6 +66,9 @@ CASES = [
     ("helper_loose_shm", "C23", "c23_"),
     ("leaves_session_helper", "C9", "c9_shutdown_of_an_idle"),
     ("leaves_session_helper", "C9", "c1_blocking_call_returns"),  # the leak check after any test
+    # what the executor's processes leave in their temporary folder and in /dev/shm (issue 25)
+    ("leaves_a_socket_file", "C9", "c1_blocking_call_returns"),
+    ("leaves_a_named_semaphore", "C9", "c1_blocking_call_returns"),
     # issue 26, no cheap green round 2: every word of SPEC.md, read as an adversary would
     ("callbacks_per_death", "C8", "c8_two_workers_dying"),
     ("bounded_descriptor_leak", "C10", "c10_"),
