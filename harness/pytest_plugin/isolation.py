@@ -32,10 +32,20 @@ from harness.system.stacks import STACKS_DIR_ENV
 from harness.system.stacks import collect as collect_stacks
 from harness.system.stacks import register as register_stacks
 
-__all__ = ["REMOVED_PROPERTY", "IsolatedTest", "prepare_parent", "run_isolated", "skipped_report", "timeout_of"]
+__all__ = [
+    "LOAD_PROPERTY",
+    "REMOVED_PROPERTY",
+    "IsolatedTest",
+    "prepare_parent",
+    "run_isolated",
+    "skipped_report",
+    "timeout_of",
+]
 
 #: The user property (JSON) on a test's last report: what its processes left, removed after it.
 REMOVED_PROPERTY = "harness_removed"
+#: The user property on a test's reports: the machine's load per CPU as the test ended.
+LOAD_PROPERTY = "harness_load"
 
 #: What the pytest process imports once, before the first test process forks,
 #: so that no test process pays for it again (torch: about a second each).
@@ -266,6 +276,8 @@ class IsolatedTest:
         if self.item.config.getoption("harness_keep_leftovers", False):
             left["kept"] = self._test_tmp
         reports[-1].user_properties += [(REMOVED_PROPERTY, json.dumps(left)), ("harness_shm", how)]
+        for report in reports:  # a failure's note says so where the machine was busier than its CPUs
+            report.user_properties.append((LOAD_PROPERTY, f"{load_per_cpu():.1f}"))
         return reports
 
 
@@ -313,16 +325,20 @@ LEFTOVER_SETTLE_S = 5.0
 _LOAD_SCALE_MAX = 6.0
 
 
+def load_per_cpu() -> float:
+    """The machine's load average over the last minute, per CPU (1.0: as many runnable as CPUs)."""
+    try:
+        return os.getloadavg()[0] / (os.cpu_count() or 1)
+    except OSError:
+        return 0.0
+
+
 def leftover_settle_s() -> float:
     """How long a test's leftover processes get to exit on their own: 5 s, times
     the load per CPU where the machine is busier than its CPUs (the suite's own
     wait, not a bound of SPEC's: a busy machine must not turn a slow exit into a
     finding)."""
-    try:
-        per_cpu = os.getloadavg()[0] / (os.cpu_count() or 1)
-    except OSError:
-        per_cpu = 1.0
-    return LEFTOVER_SETTLE_S * min(_LOAD_SCALE_MAX, max(1.0, per_cpu))
+    return LEFTOVER_SETTLE_S * min(_LOAD_SCALE_MAX, max(1.0, load_per_cpu()))
 
 
 def _kill_group(pgid: int, settle_s: float = LEFTOVER_SETTLE_S) -> list[str]:

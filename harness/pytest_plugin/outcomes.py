@@ -29,7 +29,7 @@ import pytest
 from harness.backends import LoadedBackend
 from harness.conformance._checks import BLOCKED_BY, NOT_APPLICABLE
 from harness.pytest_plugin import residue as _residue
-from harness.pytest_plugin.isolation import REMOVED_PROPERTY
+from harness.pytest_plugin.isolation import LOAD_PROPERTY, REMOVED_PROPERTY
 from harness.pytest_plugin.options import Options, Unavailable, Variant, clauses_of, variant_of
 from harness.report import (
     BLOCKED,
@@ -192,7 +192,12 @@ class MatrixCollector:
                 add(clause, column, PASS, test, notes)
 
     def _add(self, report: pytest.TestReport, clause: str, column: str, outcome: str, test: str, note: str) -> None:
-        """One cell's result; a failure is also kept to be printed when its test ends."""
+        """One cell's result; a failure is also kept to be printed when its test ends.
+        A failure on a machine busier than its CPUs says so: SPEC's own time
+        bounds were judged under that load."""
+        load = float(str(dict(report.user_properties).get(LOAD_PROPERTY, 0.0)))
+        if outcome == FAIL and load > 1.0:
+            note = f"{note} [the machine was loaded: {load:.1f} runnable per CPU]"
         self.matrix.add(clause, column, outcome, test, note)
         self._dirty = True
         if outcome == FAIL:

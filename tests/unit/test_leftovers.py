@@ -124,3 +124,39 @@ def test_what_a_test_left_is_reported_per_backend_and_removed_unless_kept(
     finally:
         for name in pid_names:
             os.unlink(f"/dev/shm/{name}")
+
+
+def _report(props: list[tuple[str, object]], outcome: str) -> pytest.TestReport:
+    return pytest.TestReport(
+        nodeid="t.py::test_x[mp-ws2-fork]",
+        location=("t.py", 1, "test_x"),
+        keywords={},
+        outcome=outcome,  # type: ignore[arg-type]
+        longrepr="AssertionError: the call did not fail within 10 s" if outcome == "failed" else None,
+        when="call",
+        user_properties=props,
+    )
+
+
+@pytest.mark.parametrize(("load", "says_loaded"), [("3.5", True), ("0.4", False)])
+def test_a_failure_on_a_machine_busier_than_its_cpus_says_so(load: str, says_loaded: bool) -> None:
+    from harness.pytest_plugin.isolation import LOAD_PROPERTY
+    from harness.pytest_plugin.options import Options
+    from harness.pytest_plugin.outcomes import MatrixCollector
+    from harness.report import ClauseMatrix
+
+    matrix = ClauseMatrix()
+    opts = Options(["mp"], [2], ["fork"], {}, 300.0, True, {})
+    collector = MatrixCollector(matrix, opts, None)  # type: ignore[arg-type]
+    props: list[tuple[str, object]] = [
+        ("harness_clauses", "C8"),
+        ("harness_backend", "mp"),
+        ("harness_column", "mp ws2 cpu"),
+        ("harness_test", "test_x[mp-ws2-fork]"),
+        ("harness_variant", "mp-ws2-fork"),
+        (LOAD_PROPERTY, load),
+    ]
+    collector.pytest_runtest_logreport(_report(props, "failed"))
+    [result] = matrix.cells[("C8", "mp ws2 cpu")]
+    assert result.outcome == "FAIL"
+    assert ("the machine was loaded: 3.5 runnable per CPU" in result.note) is says_loaded, result.note

@@ -1,0 +1,81 @@
+"""A loaded machine may make the suite slower, never make a correct backend FAIL:
+a sample of the suite (every clause once) beside CPU hogs, two per core, gives
+`mp` the verdicts it gets on a quiet machine (pass, every one)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.report import FILTERED_OUT
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: One test of every clause, the ones whose waits a busy machine stretches first.
+SAMPLE = (
+    "c1_blocking_call_returns",
+    "c2_unique_reply_rank_returns",
+    "c3_args_and_kwargs_reach_a_callable",
+    "c4_a_wait_with_timeout",
+    "c5_hundreds_of_calls",
+    "c6_worker_exception_fails_that_call",
+    "c7_timeout_raises_in_time",
+    "c8_a_worker_dying_mid_call",
+    "c9_shutdown_is_bounded_with_a_worker_hung",
+    "c10_ten_create",
+    "c11_with_block_shuts_down_on_exit",
+    "c12_dropping",
+    "c13_every_process",
+    "c14_worker_rank",
+    "c15_collectives_are_correct",
+    "c16_greedy",
+    "c17_a_64",
+    "c18_two_executors_at_once",
+    "c19_idle",
+    "c20_unpicklable_argument",
+    "c21_done_callback_runs_once",
+    "c22_a_worker_failing",
+    "c23_nothing_listens",
+    "c24_blocking_calls",
+)
+
+
+@pytest.mark.exclusive
+@pytest.mark.timeout(1200)
+def test_beside_cpu_hogs_mp_gets_the_verdicts_of_a_quiet_machine(tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    hogs = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+        for _ in range(2 * (os.cpu_count() or 1))
+    ]
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "harness", "conform", "--backend", "mp", "--world-size", "2",
+             "--start-method", "fork", "-m", "not gpu", "-k", " or ".join(SAMPLE), "-q",
+             "--report-json", str(report)],
+            cwd=ROOT, capture_output=True, text=True, timeout=1100, check=False,
+        )  # fmt: skip
+    finally:
+        for hog in hogs:
+            os.killpg(hog.pid, signal.SIGKILL)
+            hog.wait()
+    output = done.stdout + done.stderr
+    assert report.exists(), output[-5000:]
+    clauses = json.loads(report.read_text())["clauses"]
+    sampled = {f"C{name[1:].split('_')[0]}" for name in SAMPLE}
+    assert sampled == {f"C{i}" for i in range(1, 25)}, "the sample must hold every clause"
+    # Each clause's sampled tests (its others were filtered out of this run).
+    ran = {
+        clause: [t for t in cells["mp ws2 cpu"]["tests"] if t["note"] != FILTERED_OUT]
+        for clause, cells in clauses.items()
+    }
+    assert {c for c, tests in ran.items() if tests} == sampled, f"clauses with no test run: {ran}"
+    not_passed = {c: t for c, tests in ran.items() for t in tests if t["outcome"] != "pass"}
+    assert not not_passed, f"beside {len(hogs)} CPU hogs: {not_passed}\n{output[-3000:]}"
+    assert done.returncode == 0, output[-5000:]
