@@ -2,9 +2,10 @@
 worker pids, then waits to be killed.
 
 Run as ``python -m harness.conformance._orphan_driver BACKEND WORLD_SIZE START_METHOD PID_FILE STATE``.
-The pids go to a file (written whole, then renamed), not stdout, which a backend
-may log to; the file is written only once the executor is in ``STATE``, so the
-kill that follows always finds it there:
+The workers' pids go to ``PID_FILE`` once the executor started (a file written
+whole, then renamed, not stdout, which a backend may log to); ``PID_FILE.reached``
+follows once the executor is in ``STATE``, so the kill that follows always finds
+it there:
 
 ``idle``
     no call in flight.
@@ -81,14 +82,20 @@ def main() -> None:
     )
     ex = load_backend(spec).factory(ExecutorConfig(world_size, start_method=start_method))
     pids = [int(p) for p in ex.collective_rpc(probes.pid)]
+    _write(pid_file, json.dumps(pids))
     markers = Path(pid_file + ".markers")
     markers.mkdir()
     in_flight = reach(ex, world_size, state, markers)
-    with open(pid_file + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(pids, f)
-    os.replace(pid_file + ".tmp", pid_file)
+    _write(pid_file + ".reached", state)
     time.sleep(3600)
     del in_flight
+
+
+def _write(path: str, text: str) -> None:
+    """Written whole, then renamed: the test never reads half a file."""
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
 
 
 if __name__ == "__main__":
