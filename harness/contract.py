@@ -68,7 +68,7 @@ CLAUSES: Mapping[str, str] = MappingProxyType(
         "C10": "create/shutdown cycles work and leak nothing",
         "C11": "the context manager shuts down, also on error",
         "C12": "dropping the last reference stops the workers (gc_shutdown)",
-        "C13": "workers exit when the caller is SIGKILLed",
+        "C13": "workers exit when the caller is SIGKILLed, even with calls in flight",
         "C14": "worker.rank equals the process-group rank; one process per rank",
         "C15": "collectives are correct",
         "C16": "tensor-parallel model matches the dense one",

@@ -1,7 +1,23 @@
-"""A caller process for C13: builds an executor, prints its worker pids, then waits to be killed.
+"""A caller process for C13: builds an executor, brings it to a state, reports its
+worker pids, then waits to be killed.
 
-Run as ``python -m harness.conformance._orphan_driver BACKEND WORLD_SIZE START_METHOD PID_FILE``;
-the pids go to a file (written whole, then renamed), not stdout, which a backend may log to.
+Run as ``python -m harness.conformance._orphan_driver BACKEND WORLD_SIZE START_METHOD PID_FILE STATE``.
+The workers' pids go to ``PID_FILE`` once the executor started (a file written
+whole, then renamed, not stdout, which a backend may log to); ``PID_FILE.reached``
+follows once the executor is in ``STATE``, so the kill that follows always finds
+it there:
+
+``idle``
+    no call in flight.
+``call_running``
+    a call (a worker-side sleep of an hour) runs in every worker: each worker
+    left its marker file when its sleep started.
+``replies_backed_up``
+    hundreds of calls sent whose results (1 MiB each) the caller never reads:
+    the reply path fills up and the workers block sending their replies.
+``worker_hung_in_native_code``
+    the last rank is blocked in a C call with SIGTERM ignored (its marker file
+    is there); the other ranks answered.
 """
 
 from __future__ import annotations
@@ -10,19 +26,76 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
+from typing import Any
 
 from harness import ExecutorConfig, load_backend
 from harness.conformance import probes
 
+STATES = ("idle", "call_running", "replies_backed_up", "worker_hung_in_native_code")
+#: replies_backed_up: calls sent, and the size of each rank's result of each.
+BACKED_UP_CALLS = 200
+BACKED_UP_RESULT_BYTES = 1 << 20
+#: How long the in-flight state may take to reach (a loaded machine), after start-up.
+STATE_TIMEOUT_S = 60.0
+
+
+def _wait_for(paths: list[Path], what: str) -> None:
+    deadline = time.monotonic() + STATE_TIMEOUT_S
+    while not all(p.exists() for p in paths):
+        if time.monotonic() > deadline:
+            missing = [p.name for p in paths if not p.exists()]
+            raise SystemExit(f"{what}: no marker {missing} after {STATE_TIMEOUT_S:g} s")
+        time.sleep(0.01)
+
+
+def reach(ex: Any, world_size: int, state: str, markers: Path) -> list[Any]:
+    """Bring ``ex`` to ``state``; returns what must stay referenced (the futures)."""
+    if state == "idle":
+        return []
+    if state == "call_running":
+        future = ex.collective_rpc(probes.sleep_marked, args=(str(markers), 3600.0), non_block=True)
+        _wait_for([markers / f"rank-{r}" for r in range(world_size)], "the call did not start in every worker")
+        return [future]
+    if state == "replies_backed_up":
+        return [
+            ex.collective_rpc(probes.zeros, args=(BACKED_UP_RESULT_BYTES,), non_block=True)
+            for _ in range(BACKED_UP_CALLS)
+        ]
+    if state == "worker_hung_in_native_code":
+        marker = markers / "hung"
+        future = ex.collective_rpc(
+            probes.hang_in_native_code_on_rank, args=(world_size - 1, str(marker)), non_block=True
+        )
+        _wait_for([marker], f"rank {world_size - 1} did not hang")
+        return [future]
+    raise SystemExit(f"unknown state {state!r}, expected one of {STATES}")
+
 
 def main() -> None:
-    spec, world_size, start_method, pid_file = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    spec, world_size, start_method, pid_file, state = (
+        sys.argv[1],
+        int(sys.argv[2]),
+        sys.argv[3],
+        sys.argv[4],
+        sys.argv[5] if len(sys.argv) > 5 else "idle",
+    )
     ex = load_backend(spec).factory(ExecutorConfig(world_size, start_method=start_method))
     pids = [int(p) for p in ex.collective_rpc(probes.pid)]
-    with open(pid_file + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(pids, f)
-    os.replace(pid_file + ".tmp", pid_file)
+    _write(pid_file, json.dumps(pids))
+    markers = Path(pid_file + ".markers")
+    markers.mkdir()
+    in_flight = reach(ex, world_size, state, markers)
+    _write(pid_file + ".reached", state)
     time.sleep(3600)
+    del in_flight
+
+
+def _write(path: str, text: str) -> None:
+    """Written whole, then renamed: the test never reads half a file."""
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
 
 
 if __name__ == "__main__":

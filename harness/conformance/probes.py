@@ -33,6 +33,21 @@ def sleep(worker: Any, seconds: float) -> int:
     return int(worker.rank)
 
 
+def sleep_marked(worker: Any, marker_dir: str, seconds: float) -> int:
+    """Leave the file ``rank-<rank>`` in ``marker_dir`` once the sleep starts, then
+    sleep: the caller learns that the call runs in every worker, not just that it was sent."""
+    from pathlib import Path
+
+    Path(marker_dir, f"rank-{int(worker.rank)}").touch()
+    time.sleep(seconds)
+    return int(worker.rank)
+
+
+def zeros(worker: Any, nbytes: int) -> bytes:
+    """A result of ``nbytes`` bytes, made at once (a large reply, cheap to make)."""
+    return bytes(nbytes)
+
+
 def sleep_on_rank(worker: Any, rank: int, seconds: float) -> int:
     """Only ``rank`` sleeps: a slow worker among fast ones."""
     if worker.rank == rank:

@@ -179,9 +179,17 @@ def test_c8_two_workers_dying_run_each_callback_exactly_once_overall(
     callbacks.expect_each_once(how=how)
 
 
+#: What the executor is doing when its caller is SIGKILLed (harness.conformance._orphan_driver):
+#: idle; a call running in every worker; hundreds of calls whose large results
+#: the caller never reads, the workers blocked sending them; a worker hung in
+#: native code with SIGTERM ignored.
+CALLER_KILLED_WHILE = ("idle", "call_running", "replies_backed_up", "worker_hung_in_native_code")
+
+
 @pytest.mark.clause("C13")
+@pytest.mark.parametrize("state", CALLER_KILLED_WHILE)
 def test_c13_every_process_the_executor_started_exits_when_the_caller_is_sigkilled(
-    backend: Any, executor_config: ExecutorConfig, tmp_path: Path
+    backend: Any, executor_config: ExecutorConfig, tmp_path: Path, state: str
 ) -> None:
     pid_file = tmp_path / "pids.json"
     # The caller's tag marks every process started from it, wherever it goes
@@ -193,6 +201,13 @@ def test_c13_every_process_the_executor_started_exits_when_the_caller_is_sigkill
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), TMPDIR=driver_tmp, **{leaks.TAG_ENV: tag}
     )
+    found: dict[int, set[str]] = {}
+    segments: set[str] = set()
+
+    def add(pids: set[int] | list[int], how: str) -> None:
+        for pid in pids:
+            found.setdefault(pid, set()).add(how)
+
     driver = subprocess.Popen(
         [
             sys.executable,
@@ -202,43 +217,52 @@ def test_c13_every_process_the_executor_started_exits_when_the_caller_is_sigkill
             str(executor_config.world_size),
             executor_config.start_method,
             str(pid_file),
+            state,
         ],
         env=env,
         stdout=subprocess.DEVNULL,
     )
-    found: dict[int, set[str]] = {}
-
-    def add(pids: set[int] | list[int], how: str) -> None:
-        for pid in pids:
-            found.setdefault(pid, set()).add(how)
-
     try:
-        started = wait_until(lambda: pid_file.exists() or driver.poll() is not None, executor_config.init_timeout_s)
-        assert started and pid_file.exists(), f"the caller process did not start its workers (exit {driver.poll()})"
-        add(json.loads(pid_file.read_text()), "a worker")
-        add(leaks.started_by(driver.pid, None), "in the caller's process tree")
-        add(leaks.tagged(tag), "carries the caller's tag")
-    finally:
-        # What the caller maps now, it cannot unlink once killed: removed after the verdict.
-        segments = leaks.shm_mapped_by([driver.pid, *found])
-        driver.kill()
-        driver.wait(timeout=30)
-    killed = time.monotonic()
-    add(leaks.tagged(tag), "carries the caller's tag")  # started between the look and the kill
-    found.pop(driver.pid, None)
-    if not found:
-        not_applicable("the executor started no process: its ranks run in the caller's process")
-    # One deadline for all: every process must be gone 10 s after the kill.
-    wait_until(lambda: all(process_gone(p) for p in found), max(0.0, 10 - (time.monotonic() - killed)))
-    alive = {p: leaks.describe(p) for p in found if not process_gone(p)}
-    for p in alive:  # do not leave them to the next test
         try:
-            os.kill(p, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    described = [f"{what} [{', '.join(sorted(found[p]))}]" for p, what in alive.items()]
-    for name in segments - leaks.shm_mapped_by(leaks.tagged(tag)):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(f"/dev/shm/{name}")
-    shutil.rmtree(driver_tmp, ignore_errors=True)
-    assert not alive, f"10 s after their caller was SIGKILLed, processes it started still run: {'; '.join(described)}"
+            started = wait_until(lambda: pid_file.exists() or driver.poll() is not None, executor_config.init_timeout_s)
+            assert started and pid_file.exists(), f"the caller process did not start its workers (exit {driver.poll()})"
+            ranks = json.loads(pid_file.read_text())
+            if state != "idle" and set(ranks) == {driver.pid}:
+                # A call in flight would run in the caller itself, and never end.
+                not_applicable("the ranks run in the caller's process: no call is in flight when it dies")
+            add(ranks, "a worker")
+            # Then the driver brings the executor to ``state`` (it gives up after a minute).
+            reached = Path(f"{pid_file}.reached")
+            wait_until(lambda: reached.exists() or driver.poll() is not None, 70)
+            assert reached.exists(), f"the caller process did not bring its executor to {state} (exit {driver.poll()})"
+            add(leaks.started_by(driver.pid, None), "in the caller's process tree")
+            add(leaks.tagged(tag), "carries the caller's tag")
+        finally:
+            # What the caller maps now, it cannot unlink once killed: removed after the verdict.
+            segments = leaks.shm_mapped_by([driver.pid, *found])
+            driver.kill()
+            driver.wait(timeout=30)
+        killed = time.monotonic()
+        add(leaks.tagged(tag), "carries the caller's tag")  # started between the look and the kill
+        found.pop(driver.pid, None)
+        if not found:
+            not_applicable("the executor started no process: its ranks run in the caller's process")
+        # One deadline for all: every process must be gone 10 s after the kill.
+        wait_until(lambda: all(process_gone(p) for p in found), max(0.0, 10 - (time.monotonic() - killed)))
+        alive = {p: leaks.describe(p) for p in found if not process_gone(p)}
+        described = [f"{what} [{', '.join(sorted(found[p]))}]" for p, what in alive.items()]
+        assert not alive, (
+            f"10 s after their caller was SIGKILLed ({state.replace('_', ' ')}), processes it started still run: "
+            f"{'; '.join(described)}"
+        )
+    finally:
+        # Whatever the verdict, nothing of the caller's is left to the next test.
+        found.pop(driver.pid, None)
+        for p in {*found, *leaks.tagged(tag)} - {os.getpid()}:
+            if not process_gone(p):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(p, signal.SIGKILL)
+        for name in segments - leaks.shm_mapped_by(leaks.tagged(tag)):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"/dev/shm/{name}")
+        shutil.rmtree(driver_tmp, ignore_errors=True)

@@ -448,6 +448,151 @@ class NoParentWatch:
 no_parent_watch = NoParentWatch
 
 
+# ---- C13 with calls in flight: workers that miss the caller's death while busy ----
+
+
+def _pipe_worker(requests: Any, replies: Any, death: Any, rank: int, kept: Any, watch_for_life: bool) -> None:
+    """A worker on pipes: requests in, replies out, the caller's death seen as
+    EOF on ``death``. ``kept``: pipe ends it holds but has no use for."""
+    import multiprocessing.connection
+
+    worker = type("Worker", (), {"rank": rank})()
+    reply_lock = threading.Lock()
+    if watch_for_life:
+
+        def watch() -> None:
+            try:
+                death.recv()
+            except EOFError:
+                pass
+            with reply_lock:  # the bug: close the reply channel cleanly first, under its lock
+                replies.close()
+            os._exit(0)
+
+        threading.Thread(target=watch, daemon=True).start()
+    while True:
+        ready = multiprocessing.connection.wait([requests, death])
+        if death in ready and not watch_for_life:
+            return  # the caller is gone: seen here, between calls, and only here
+        if requests not in ready:
+            continue
+        method, args, kwargs = requests.recv()
+        result = method(worker, *args, **(kwargs or {}))
+        with reply_lock:
+            replies.send(result)
+
+
+class _LazyFuture(concurrent.futures.Future):  # type: ignore[type-arg]
+    """Completed inside ``result()``, from the replies read in call order."""
+
+    def __init__(self, owner: _PipeWorkers, unique_reply_rank: Any) -> None:
+        super().__init__()
+        self._owner = owner
+        self._unique = unique_reply_rank
+
+    def result(self, timeout: Any = None) -> Any:
+        self._owner._complete_up_to(self)
+        return super().result(timeout)
+
+
+class _PipeWorkers:
+    """Workers on pipes (spawned), replies read only when a future's result is
+    asked for: under many calls whose results nobody reads, the reply pipes
+    fill up and the workers block sending."""
+
+    watch_for_life = False
+    keep_reply_read_ends = False
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        import collections
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        self.world_size = config.world_size
+        self._pending: collections.deque[_LazyFuture] = collections.deque()
+        self._lock = threading.Lock()
+        death_r, self._death_w = ctx.Pipe(duplex=False)
+        self._requests, self._replies, self._procs = [], [], []
+        for rank in range(config.world_size):
+            req_r, req_w = ctx.Pipe(duplex=False)
+            rep_r, rep_w = ctx.Pipe(duplex=False)
+            kept = rep_r if self.keep_reply_read_ends else None
+            proc = ctx.Process(
+                target=_pipe_worker, args=(req_r, rep_w, death_r, rank, kept, self.watch_for_life), daemon=True
+            )
+            proc.start()
+            req_r.close()
+            rep_w.close()
+            self._requests.append(req_w)
+            self._replies.append(rep_r)
+            self._procs.append(proc)
+        death_r.close()
+
+    def collective_rpc(
+        self,
+        method: Any,
+        timeout: Any = None,
+        args: Any = (),
+        kwargs: Any = None,
+        non_block: bool = False,
+        unique_reply_rank: Any = None,
+    ) -> Any:
+        future = _LazyFuture(self, unique_reply_rank)
+        with self._lock:
+            for conn in self._requests:
+                conn.send((method, args, kwargs))
+            self._pending.append(future)
+        return future if non_block else future.result(timeout)
+
+    def _complete_up_to(self, future: _LazyFuture) -> None:
+        with self._lock:
+            while not future.done() and self._pending:
+                first = self._pending.popleft()
+                out = [conn.recv() for conn in self._replies]
+                first.set_result(out if first._unique is None else out[first._unique])
+
+    def check_health(self) -> None:
+        pass
+
+    def register_failure_callback(self, callback: Any) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        self._death_w.close()
+        for p in self._procs:
+            p.kill()
+            p.join()
+        for conn in (*self._requests, *self._replies):
+            conn.close()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+class WatchesOnlyBetweenCalls(_PipeWorkers):
+    """C13 with a call in flight: a worker that only watches for the caller's death
+    between calls, in its main loop; a call that runs on (a sleep, a hang in
+    native code) outlives a SIGKILLed caller. Idle, it exits at once."""
+
+
+class BlockedOnAFullReplyChannel(_PipeWorkers):
+    """C13 with the reply path backed up: a worker blocked sending on a full reply
+    pipe never notices the caller's death. It holds the pipe's read end too (as a
+    forked worker inherits it), so the write never fails; and its death watch,
+    which runs for its whole life, first takes the reply channel's lock to close
+    it cleanly, which the blocked send holds."""
+
+    watch_for_life = True
+    keep_reply_read_ends = True
+
+
+watches_only_between_calls = WatchesOnlyBetweenCalls
+blocked_on_a_full_reply_channel = BlockedOnAFullReplyChannel
+
+
 # ---- worker death, hung workers, shutdown (C8-C12; branch faults-processes) -----------
 
 

@@ -81,6 +81,9 @@ CASES = [
     ("exit_keeps_running_when_the_body_raises", "C11", "c11_with_block_shuts_down_when_the_body_raises"),
     ("truncated_results", "C17", "c17_large_results"),
     ("fails_first_pending_only", "C8", "c8_a_worker_dying_mid_call"),
+    # issue 25, nothing left behind: the caller dies with calls in flight
+    ("watches_only_between_calls", "C13", "c13_ and call_running"),
+    ("blocked_on_a_full_reply_channel", "C13", "c13_ and replies_backed_up"),
 ]
 
 
@@ -354,3 +357,24 @@ def test_a_backend_without_unique_reply_rank_fails_c2_alone(tmp_path: Path) -> N
             f"{clause}: {verdicts} for a backend whose only gap is C2's unique_reply_rank, expected pass or blocked"
         )
     assert code != 0
+
+
+# Each C13 state is a check of its own: a backend that misses the caller's death
+# in one state fails that state's check, and passes the others.
+C13_STATES = [
+    ("watches_only_between_calls", {"call_running", "worker_hung_in_native_code"}),
+    ("blocked_on_a_full_reply_channel", {"replies_backed_up"}),
+]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(("factory", "failing"), C13_STATES, ids=[c[0] for c in C13_STATES])
+def test_c13_fails_exactly_the_states_in_which_the_workers_miss_the_callers_death(
+    factory: str, failing: set[str], tmp_path: Path
+) -> None:
+    _, report = conform(f"tests.meta.broken:{factory}", "c13_", tmp_path)
+    verdicts = _verdicts(report, "C13")
+    by_state = {name.rsplit("[", 1)[-1].rstrip("]").split("-")[-1]: outcome for name, outcome in verdicts.items()}
+    assert len(by_state) == 4, f"C13: {verdicts}, expected a verdict for each of the four states"
+    assert {s for s, o in by_state.items() if o == "FAIL"} == failing, f"C13: {by_state} for {factory}"
+    assert {o for s, o in by_state.items() if s not in failing} == {"pass"}, f"C13: {by_state} for {factory}"

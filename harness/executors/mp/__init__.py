@@ -26,10 +26,14 @@ Data flow::
     monitor thread: blocks on the worker sentinels (no spinning); on a death it
     fails every pending call and runs the failure callbacks, once.
     death pipe: the workers hold its read end; when the caller closes it or
-    dies, every worker exits at once (C9, C13).
+    dies, every worker exits at once (C9, C13). On Linux the kernel also
+    SIGKILLs a worker whose parent dies (PR_SET_PDEATHSIG), whatever it does:
+    blocked on a full reply ring, hung in native code ignoring SIGTERM (C13).
 
 Nothing here listens on a socket: the process group meets through a file store
-in a private temporary folder, and gloo is pinned to loopback (C23).
+(a memfd: a file with no name), and gloo is pinned to loopback (C23). Nothing
+is left behind by a SIGKILLed caller (C13): the store has no name, and the
+rings' names are removed once every worker has attached.
 
 This package holds the executor (here), its shared-memory rings (``shm``) and
 its worker process (``worker``, whose ``Worker``, ``run_call`` and
@@ -39,11 +43,13 @@ its worker process (``worker``, whose ``Worker``, ``run_call`` and
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import multiprocessing.connection
 import os
 import selectors
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -63,6 +69,7 @@ from harness.executors.futures import FutureQueue, PendingCall, Reply
 from harness.executors.mp.shm import RingReader, RingWriter
 from harness.executors.mp.worker import (
     SHUTDOWN_CALL_ID,
+    StoreFile,
     WorkerSpec,
     decode_reply,
     drain,
@@ -103,7 +110,14 @@ class _Group:
         self.failure = Failure()
         self.processes: list[BaseProcess] = []
         self.pids: list[int | None] = []
-        self.tmpdir = tempfile.mkdtemp(prefix="harness-mp-")
+        # The process group's file store: a memfd where there is one (nothing in
+        # the file system to outlive a SIGKILLed caller), else a private folder.
+        self.store_fd = -1
+        self.tmpdir: str | None = None
+        if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
+            self.store_fd = os.memfd_create("harness-mp-store", os.MFD_CLOEXEC)
+        else:
+            self.tmpdir = tempfile.mkdtemp(prefix="harness-mp-")
         self.ring = RingWriter(config.world_size, ring_slots, slot_size)
         # Reply rings: created (and unlinked) here, written by the workers.
         self.reply_owners: list[RingWriter] = []
@@ -128,7 +142,14 @@ class _Group:
     def start(self) -> None:
         cfg = self.config
         ctx: BaseContext = multiprocessing.get_context(cfg.start_method)
+        # The kernel ends a worker with the thread that started it (C13): with a
+        # fork server, that is the server's main thread; otherwise it is this
+        # thread, which must then be one that lives as long as the process.
+        by_kernel = cfg.start_method == "forkserver" or threading.current_thread() is threading.main_thread()
+        expected_parent = None if cfg.start_method == "forkserver" else os.getpid()
+        store = StoreFile(self.store_fd) if self.store_fd >= 0 else None
         if cfg.start_method == "forkserver":
+            _forkserver_users.enter()
             # The fork server imports these once; each worker forked from it
             # then starts in milliseconds instead of importing torch again.
             # (No effect once this process's fork server runs: it keeps its own.)
@@ -144,7 +165,7 @@ class _Group:
                 world_size=cfg.world_size,
                 device=cfg.device,
                 dist_backend=cfg.dist_backend,
-                store_path=os.path.join(self.tmpdir, "store"),
+                store_path=os.path.join(self.tmpdir, "store") if self.tmpdir is not None else "",
                 env=dict(cfg.env),
                 init_timeout_s=cfg.init_timeout_s,
                 ring=self.ring.handle,
@@ -157,7 +178,7 @@ class _Group:
             inherited = [self.death_w.fileno()] if cfg.start_method == "fork" else []
             proc = ctx.Process(  # type: ignore[attr-defined]
                 target=worker_main,
-                args=(spec, death_r, wake_r, notify_w, inherited),
+                args=(spec, death_r, wake_r, notify_w, inherited, store, expected_parent, by_kernel),
                 name=f"harness-mp-rank{rank}",
                 daemon=True,
             )
@@ -177,6 +198,11 @@ class _Group:
         for rank, proc in enumerate(self.processes):
             self.selector.register(proc.sentinel, selectors.EVENT_READ, ("exit", rank))
         self._wait_ready()
+        # Every worker has attached to the rings: their names can go, so that a
+        # SIGKILLed caller leaves nothing in /dev/shm (the mappings stay valid).
+        self.ring.unlink()
+        for owner in self.reply_owners:
+            owner.unlink()
         self.monitor = threading.Thread(target=self._monitor, name="harness-mp-monitor", daemon=True)
         self.monitor.start()
 
@@ -392,7 +418,79 @@ class _Group:
         os.close(self._stop_r)
         os.close(self._stop_w)
         self.ring.close()
-        shutil.rmtree(self.tmpdir, ignore_errors=True)
+        if self.store_fd >= 0:
+            os.close(self.store_fd)
+        if self.tmpdir is not None:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+        if self.config.start_method == "forkserver":
+            _forkserver_users.leave()
+
+
+class _ForkserverUsers:
+    """The executors of this process that use Python's fork server. If the first
+    of them started it, the last to shut down stops it, and waits for it to
+    exit (bounded): it preloads torch, and left running, it outlives its
+    caller's tests by seconds on a loaded machine. A fork server that ran
+    before (someone else's) is left alone."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users = 0
+        self._ours = False
+
+    def enter(self) -> None:
+        from multiprocessing import forkserver
+
+        with self._lock:
+            if self._users == 0:
+                server = getattr(forkserver, "_forkserver", None)
+                self._ours = getattr(server, "_forkserver_pid", 0) is None
+            self._users += 1
+
+    def leave(self) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._users == 0 and self._ours:
+                self._ours = False
+                _stop_forkserver(_FORCED_EXIT_S)
+
+
+def _stop_forkserver(timeout: float) -> None:
+    """What CPython's ``multiprocessing.forkserver._forkserver._stop()`` does
+    (3.10-3.13), with a bounded wait: closing its "alive" pipe asks it to exit;
+    one still running at the deadline is killed."""
+    from multiprocessing import forkserver, util
+
+    server = getattr(forkserver, "_forkserver", None)
+    lock = getattr(server, "_lock", None)
+    if server is None or lock is None:
+        return
+    with lock:
+        pid = getattr(server, "_forkserver_pid", None)
+        alive_fd = getattr(server, "_forkserver_alive_fd", None)
+        if pid is None or alive_fd is None:
+            return
+        os.close(alive_fd)
+        server._forkserver_alive_fd = None
+        deadline = time.monotonic() + timeout
+        try:
+            while os.waitpid(pid, os.WNOHANG) == (0, 0):
+                if time.monotonic() >= deadline:
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                    break
+                time.sleep(0.01)
+        except ChildProcessError:
+            pass  # reaped already
+        server._forkserver_pid = None
+        address = getattr(server, "_forkserver_address", None)
+        if address is not None and not util.is_abstract_socket_namespace(address):
+            with contextlib.suppress(OSError):
+                os.unlink(address)
+        server._forkserver_address = None
+
+
+_forkserver_users = _ForkserverUsers()
 
 
 def _no_wait() -> None:
@@ -432,9 +530,9 @@ def create(config: ExecutorConfig) -> MultiprocExecutor:
 
 create.unsupported = {}  # type: ignore[attr-defined]
 # Every start method this platform's multiprocessing offers. With "forkserver",
-# the workers are forked by Python's forkserver process, which multiprocessing
-# keeps for the life of the caller's process (shared with any other user of it)
-# and which exits when the caller does: shutdown() leaves it running, by design.
+# the workers are forked by Python's forkserver process, which exits when the
+# caller does; if an mp executor started it, the last one to shut down stops it
+# (_ForkserverUsers), and one that ran before is left running (someone else's).
 # "fork" first: the suite's default matrix runs a backend's first start method
 # at every world size and the others at one. It is vLLM's MultiprocExecutor's
 # default too (VLLM_WORKER_MULTIPROC_METHOD), and where it is not offered the

@@ -86,6 +86,7 @@ class RingWriter:
         self.handle = handle
         shm = self._shm = shared_memory.SharedMemory(name=handle.name, create=False)
         self._owner = False
+        self._unlinked = False
         self._init_cursor(shm)
         return self
 
@@ -112,6 +113,7 @@ class RingWriter:
         for k in range(n_slots):
             _SLOT_HDR.pack_into(buf, self.handle.slot_offset(k), 0, 0, 0)
         self._owner = True
+        self._unlinked = False
         self._init_cursor(shm)
 
     def _init_cursor(self, shm: shared_memory.SharedMemory) -> None:
@@ -212,6 +214,19 @@ class RingWriter:
             if not more:
                 return
 
+    def unlink(self) -> None:
+        """Remove the segment's name, if this writer created it: the mappings of
+        every process attached so far stay valid, and nothing is left in
+        /dev/shm even if this process is SIGKILLed. No process can attach
+        afterwards. Idempotent."""
+        if not self._owner or self._unlinked or self._shm is None:
+            return
+        self._unlinked = True
+        try:
+            self._shm.unlink()
+        except FileNotFoundError:
+            pass
+
     def _live_buf(self) -> memoryview:
         if self._buf is None:
             raise ValueError(f"ring {self.handle.name} is closed")
@@ -224,7 +239,7 @@ class RingWriter:
         if shm is None:
             return
         shm.close()
-        if not self._owner:
+        if not self._owner or self._unlinked:
             return
         try:
             shm.unlink()

@@ -2,8 +2,11 @@
 
 A worker process (started by the ``mp`` executor) does, in order::
 
-    watch the parent ─ a thread blocks on the death pipe; EOF (parent gone or
-                       shutdown) ends the process at once, even mid-call (C13)
+    die with the caller ─ the kernel SIGKILLs the worker when its parent dies
+                       (PR_SET_PDEATHSIG: even hung in native code, SIGTERM
+                       ignored), and a thread blocks on the death pipe; EOF
+                       (caller gone or shutdown) ends the process at once,
+                       even mid-call or blocked on a full reply ring (C13)
     start up         ─ env, fault injection (C22), torch.distributed on a file
                        store (no listening store socket, C23), report ready
     loop             ─ read the request ring (looking for 10 ms after a call,
@@ -37,10 +40,12 @@ from harness.system.stacks import register_from_env as register_stacks_from_env
 __all__ = [
     "FAIL_INIT_ENV",
     "Request",
+    "StoreFile",
     "Worker",
     "WorkerSpec",
     "decode_reply",
     "decode_request",
+    "die_with_parent",
     "drain",
     "encode_reply",
     "encode_request",
@@ -97,6 +102,7 @@ class WorkerSpec:
     world_size: int
     device: str
     dist_backend: str
+    #: The file store's path; empty: the memfd passed to ``worker_main`` (``StoreFile``).
     store_path: str
     env: Mapping[str, str]
     init_timeout_s: float
@@ -199,6 +205,62 @@ def decode_reply(raw: bytes | bytearray) -> Reply:
     return _new_reply(Reply, pickle.loads(raw))
 
 
+class StoreFile:
+    """The file store of the process group, as a memfd: a file with no name, so a
+    SIGKILLed caller leaves nothing in the file system (C13). A worker reaches it
+    as ``/proc/self/fd/<fd>`` (torch's FileStore opens its path on every use).
+    Pickled (spawn, forkserver) as a duplicate of the descriptor, as a
+    ``Connection`` is; a forked worker inherits it at the same number."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    @property
+    def path(self) -> str:
+        return f"/proc/self/fd/{self.fd}"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        from multiprocessing.reduction import DupFd  # type: ignore[attr-defined]
+
+        return _rebuild_store_file, (DupFd(self.fd),)
+
+
+def _rebuild_store_file(dup: Any) -> StoreFile:
+    return StoreFile(dup.detach())
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(expected_parent: int | None, death_fd: int, by_kernel: bool) -> None:
+    """With ``by_kernel``, have the kernel SIGKILL this process when its parent
+    dies: no thread of ours needs to run for it, so it holds even in native
+    code that keeps the GIL or ignores SIGTERM (C13). (The kernel watches the
+    parent *thread*: the caller asks for it only where that thread lives as
+    long as its process.) Then, for the race where the parent died before
+    that: exit if the parent is no longer ``expected_parent`` (None: not
+    known, as under a fork server) or the death pipe already says the caller
+    is gone. Linux only; elsewhere the death pipe alone remains."""
+    if by_kernel and sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # no prctl: the death pipe's thread still ends the worker
+    if expected_parent is not None and os.getppid() != expected_parent:
+        os._exit(0)
+    probe = selectors.DefaultSelector()
+    try:
+        probe.register(death_fd, selectors.EVENT_READ)
+        if probe.select(0):  # readable before anyone wrote: EOF, the caller is gone
+            os._exit(0)
+    finally:
+        probe.close()
+
+
 def _watch_parent(death_fd: int) -> None:
     # Blocks until the parent closes its end (shutdown) or dies (any way, even
     # SIGKILL): then end the process, whatever the main thread is doing.
@@ -248,9 +310,16 @@ def worker_main(
     wake_r: Connection,
     notify_w: Connection,
     close_fds: list[int],
+    store: StoreFile | None = None,
+    expected_parent: int | None = None,
+    parent_death_signal: bool = False,
 ) -> None:
     """Entry point of a worker process. ``close_fds``: the caller's pipe ends a
-    forked child inherited and must not keep open."""
+    forked child inherited and must not keep open; ``store``: the file store,
+    when ``spec.store_path`` is empty; ``expected_parent``: the pid the worker's
+    parent must have (None where it is not known); ``parent_death_signal``:
+    whether the kernel may end it with its parent (``die_with_parent``)."""
+    die_with_parent(expected_parent, death_r.fileno(), parent_death_signal)
     for fd in close_fds:
         os.close(fd)
     threading.Thread(target=_watch_parent, args=(death_r.fileno(),), name="harness-parent-watch", daemon=True).start()
@@ -260,9 +329,8 @@ def worker_main(
     replies = _ReplyChannel(spec.reply_ring, notify_w.fileno())
     try:
         reader = RingReader(spec.ring, spec.rank)
-        init_distributed(
-            spec.rank, spec.world_size, spec.device, spec.dist_backend, spec.store_path, spec.init_timeout_s
-        )
+        store_path = spec.store_path or (store.path if store is not None else "")
+        init_distributed(spec.rank, spec.world_size, spec.device, spec.dist_backend, store_path, spec.init_timeout_s)
         worker = Worker(spec.rank, spec.world_size, spec.device)
     except BaseException as exc:  # noqa: BLE001
         replies.send(error_reply(spec.rank, READY_CALL_ID, exc))
