@@ -18,7 +18,7 @@ import pytest
 
 from harness.conformance._checks import wait_until
 from tests.meta.test_interrupts import _AS_FROM_A_SHELL, _described
-from tests.meta.test_plugin import _tagged
+from tests.meta.test_plugin import _kill_tagged, _tagged
 
 pytestmark = pytest.mark.timeout(300)
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,11 +112,7 @@ def test_a_signal_to_conform_mid_run_keeps_a_partial_report_and_leaves_no_proces
         gone = wait_until(lambda: not _tagged(tag), 15)
         left = _described(_tagged(tag))
     finally:
-        for pid in _tagged(tag):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        _kill_tagged(tag)
         if run.poll() is None:
             run.kill()
             run.wait(30)

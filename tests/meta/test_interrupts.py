@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from harness.conformance._checks import wait_until
-from tests.meta.test_plugin import _tagged
+from tests.meta.test_plugin import _kill_tagged, _tagged
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -128,11 +128,7 @@ def test_killing_pytest_mid_test_takes_the_test_and_its_workers_along(tmp_path: 
         gone = wait_until(lambda: not _tagged(tag), 10)
         left = _described(_tagged(tag))
     finally:
-        for pid in _tagged(tag):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        _kill_tagged(tag)
         run.wait(30)
     assert gone, (
         f"processes of the run left 10 s after {signal.Signals(signum).name} (pytest's signals before it: {masks}): "

@@ -86,26 +86,24 @@ def test_a_plain_file_under_xdist_runs_every_test(plain: Path) -> None:
     assert (code, "2 passed" in _summary(output)) == (0, True), output
 
 
+#: The suite for `uni` at world size 1, on two xdist workers.
+SUITE_UNDER_XDIST = [
+    "-n",
+    "2",
+    "--pyargs",
+    "harness.conformance",
+    "--harness-backend",
+    "uni",
+    "--harness-world-size",
+    "1",
+]
+
+
 def test_the_suite_under_xdist_runs_each_test_in_a_worker_and_the_controller_prints_the_matrix(tmp_path: Path) -> None:
     report = tmp_path / "report.json"
     code, output = _run(
         sys.executable,
-        [
-            "-n",
-            "2",
-            "--pyargs",
-            "harness.conformance",
-            "--harness-backend",
-            "uni",
-            "--harness-world-size",
-            "1",
-            "-k",
-            "c1_ or c3_",
-            "--harness-report-json",
-            str(report),
-            "-m",
-            "not gpu",
-        ],
+        [*SUITE_UNDER_XDIST, "-k", "c1_ or c3_", "--harness-report-json", str(report), "-m", "not gpu"],
         tmp_path,
     )
     assert code == 0, output
@@ -122,22 +120,7 @@ def test_the_suite_under_xdist_runs_each_test_in_a_worker_and_the_controller_pri
 
 
 def test_under_xdist_a_run_that_checked_nothing_still_fails(tmp_path: Path) -> None:
-    code, output = _run(
-        sys.executable,
-        [
-            "-n",
-            "2",
-            "--pyargs",
-            "harness.conformance",
-            "--harness-backend",
-            "uni",
-            "--harness-world-size",
-            "1",
-            "-k",
-            "no_such_test_anywhere",
-        ],
-        tmp_path,
-    )
+    code, output = _run(sys.executable, [*SUITE_UNDER_XDIST, "-k", "no_such_test_anywhere"], tmp_path)
     # Exit status 5, as without xdist: pytest's own for a run whose every test was filtered out.
     assert code == pytest.ExitCode.NO_TESTS_COLLECTED, output
     assert "NOTHING CHECKED for backend 'uni': no test of it was selected" in output, output
