@@ -1,5 +1,6 @@
 """What a process holds, and how to look at it: its processes, threads,
-shared-memory segments and sockets (``leaks``), its GPUs (``gpus``), its
+shared-memory segments, semaphores, sockets and temporary files (``leaks``),
+what a test's processes left and its removal (``leftovers``), its GPUs (``gpus``), its
 stacks at a hang (``stacks``), its environment (``environ``), which modules
 it can import (``modules``); and the reaper (``reaper``), the process that
 ends what a dying test run leaves behind (it runs as ``python -m``, so it
