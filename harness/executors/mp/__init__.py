@@ -86,6 +86,8 @@ _FORCED_EXIT_S = 3.0
 # the ring is looked at again (workers free slots without replying).
 _RING_FULL_WAIT_S = 0.002
 _FORKSERVER_PRELOAD = ("torch", "torch.distributed", "harness.executors.mp.worker")
+#: Preloaded last, only where the server starts from the main thread: it dies with the caller.
+_FORKSERVER_GUARD = "harness.executors.mp._forkserver_guard"
 # Slots of each rank's reply ring (each of the request ring's slot size).
 _REPLY_SLOTS = 8
 
@@ -153,7 +155,8 @@ class _Group:
             # The fork server imports these once; each worker forked from it
             # then starts in milliseconds instead of importing torch again.
             # (No effect once this process's fork server runs: it keeps its own.)
-            ctx.set_forkserver_preload(list(_FORKSERVER_PRELOAD))  # type: ignore[attr-defined]
+            guard = [_FORKSERVER_GUARD] if threading.current_thread() is threading.main_thread() else []
+            ctx.set_forkserver_preload([*_FORKSERVER_PRELOAD, *guard])  # type: ignore[attr-defined]
         death_r, self.death_w = ctx.Pipe(duplex=False)
         self.notify_r, notify_w = ctx.Pipe(duplex=False)
         os.set_blocking(self.notify_r.fileno(), False)
