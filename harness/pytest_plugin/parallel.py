@@ -108,7 +108,7 @@ def _wait(running: list[_Slot], progress: Callable[[str], None] | None) -> list[
     for slot in list(running):
         if slot.fd in ready:
             status: int | None = os.waitpid(slot.test.pid, 0)[1]
-        elif now >= slot.test.deadline:
+        elif now >= slot.test.deadline and not slot.test.grant_load_grace(progress):
             status = None
         else:
             if progress is not None and now >= slot.next_progress:

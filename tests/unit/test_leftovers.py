@@ -160,3 +160,16 @@ def test_a_failure_on_a_machine_busier_than_its_cpus_says_so(load: str, says_loa
     [result] = matrix.cells[("C8", "mp ws2 cpu")]
     assert result.outcome == "FAIL"
     assert ("the machine was loaded: 3.5 runnable per CPU" in result.note) is says_loaded, result.note
+
+
+@pytest.mark.parametrize(
+    ("load", "given", "more"),
+    [(0.5, 60.0, 0.0), (1.0, 60.0, 0.0), (3.0, 60.0, 120.0), (3.0, 180.0, 0.0), (50.0, 60.0, 300.0)],
+)
+def test_a_test_s_timeout_stretches_with_the_load_at_most_six_times(
+    monkeypatch: pytest.MonkeyPatch, load: float, given: float, more: float
+) -> None:
+    from harness.pytest_plugin import isolation
+
+    monkeypatch.setattr(isolation, "load_per_cpu", lambda: load)
+    assert isolation.load_grace_s(60.0, given) == more
