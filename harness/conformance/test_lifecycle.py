@@ -77,6 +77,13 @@ def _expect_call_fails_after_shutdown(ex: Any) -> None:
 
     error = raised_by(lambda: ex.collective_rpc(probes.rank), PROMPT_S, "a call after shutdown()")
     assert error is not None, "a call after shutdown() returned, expected it to raise"
+    # A non-blocking call too: collective_rpc itself raises. A future handed back
+    # instead may never complete, and a caller that waits on it without a
+    # timeout would hang on an executor that is gone.
+    what = "a call after shutdown() with non_block=True"
+    returned: list[object] = []
+    error = raised_by(lambda: returned.append(ex.collective_rpc(probes.rank, non_block=True)), PROMPT_S, what)
+    assert error is not None, f"{what} returned {returned[0]!r}, expected collective_rpc itself to raise"
 
 
 def _assert_clean(
@@ -180,10 +187,38 @@ def test_c9_shutdown_of_an_idle_executor_leaves_nothing(
     pids = _remote_pids(ex)
     if not pids:
         _no_worker_processes(request)
+    failures = _FailureCallbackRuns()
+    bounded(lambda: ex.register_failure_callback(failures), 10, "register_failure_callback()")
     _shutdown(ex, "shutdown()")
     _assert_clean(before, pids, "after shutdown()", _start_and_stop(backend, executor_config))
-    _shutdown(ex, "a second shutdown()", PROMPT_S)
+    _second_shutdown_is_a_no_op(ex, failures)
     _expect_call_fails_after_shutdown(ex)
+
+
+class _FailureCallbackRuns:
+    """A failure callback that counts its runs (from any thread)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.count = 0
+
+    def __call__(self) -> None:
+        with self._lock:
+            self.count += 1
+
+
+def _second_shutdown_is_a_no_op(ex: Any, failures: _FailureCallbackRuns) -> None:
+    """A second shutdown() returns promptly, raises nothing and does nothing: in
+    particular it runs no failure callback. What the first shutdown() did with the
+    callbacks is not this sentence's: only the runs the second one adds count."""
+    __tracebackhide__ = True
+    runs = failures.count
+    _shutdown(ex, "a second shutdown()", PROMPT_S)
+    # A callback run on a thread of the executor's shows a moment later: wait a
+    # little for one (a no-op adds none, so the wait costs a conformant backend 1 s).
+    wait_until(lambda: failures.count != runs, 1.0)
+    added = failures.count - runs
+    assert added == 0, f"a second shutdown() ran the failure callback {added} time(s), expected a no-op"
 
 
 @pytest.mark.clause("C10")

@@ -7,6 +7,7 @@ the bug breaks to FAIL: a check no broken backend can fail proves nothing.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import os
 import threading
 from typing import Any
@@ -1745,3 +1746,136 @@ class LeavesANamedSemaphore(_Wrapper):
 
 leaves_a_socket_file = LeavesASocketFile
 leaves_a_named_semaphore = LeavesANamedSemaphore
+
+
+# ---- issue 26, no cheap green round 2: sentences no broken backend failed yet ----
+
+
+class PendingFutureAfterShutdown(_Wrapper):
+    """C9, "A call after shutdown raises promptly: `collective_rpc` itself raises,
+    with `non_block=True` too": a blocking call after shutdown() raises, but a
+    non-blocking one hands back a future that never completes."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        self._stopped = False
+
+    def collective_rpc(
+        self,
+        method: Any,
+        timeout: Any = None,
+        args: Any = (),
+        kwargs: Any = None,
+        non_block: bool = False,
+        unique_reply_rank: Any = None,
+    ) -> Any:
+        if non_block and self._stopped:
+            return concurrent.futures.Future()
+        return self.inner.collective_rpc(method, timeout, args, kwargs, non_block, unique_reply_rank)
+
+    def shutdown(self) -> None:
+        self._stopped = True
+        super().shutdown()
+
+
+class SecondShutdownRunsCallbacks(_Wrapper):
+    """C9, "A second `shutdown()` is a no-op": a second shutdown() runs the
+    registered failure callbacks, as if the executor had failed (the first one
+    runs none, as the reference executor's does)."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        self._callbacks: list[Any] = []
+        self._shut = False
+
+    def register_failure_callback(self, callback: Any) -> None:
+        self._callbacks.append(callback)
+        super().register_failure_callback(callback)
+
+    def shutdown(self) -> None:
+        if self._shut:
+            for callback in self._callbacks:
+                callback()
+            return
+        self._shut = True
+        super().shutdown()
+
+
+pending_future_after_shutdown = PendingFutureAfterShutdown
+second_shutdown_runs_callbacks = SecondShutdownRunsCallbacks
+
+
+class _EqualFacade(_FutureProxy):
+    """Another facade over the same future: equal to every facade over it, and
+    hashed alike, but not the object the caller holds."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _FutureProxy) and other.inner is self.inner
+
+    def __hash__(self) -> int:
+        return id(self.inner)
+
+
+class _CallbacksGetAFacade(_EqualFacade):
+    def add_done_callback(self, fn: Any) -> None:
+        self.inner.add_done_callback(lambda inner: fn(_EqualFacade(inner)))
+
+
+class CallbacksGetAnEqualFuture(_ProxiedFutures):
+    """C21, "runs once the future completes, with that future": done-callbacks
+    are called with a new facade over the same call, equal to the future the
+    caller holds (same call, same result) but not that future."""
+
+    proxy = _CallbacksGetAFacade
+
+
+class DropsKwargsOfStringMethods(_Wrapper):
+    """C3, "for string and callable methods": kwargs reach a callable, but a
+    method named by a string, sent on a path of its own, loses them."""
+
+    def collective_rpc(
+        self,
+        method: Any,
+        timeout: Any = None,
+        args: Any = (),
+        kwargs: Any = None,
+        non_block: bool = False,
+        unique_reply_rank: Any = None,
+    ) -> Any:
+        if isinstance(method, str):
+            kwargs = None
+        return self.inner.collective_rpc(method, timeout, args, kwargs, non_block, unique_reply_rank)
+
+
+callbacks_get_an_equal_future = CallbacksGetAnEqualFuture
+drops_kwargs_of_string_methods = DropsKwargsOfStringMethods
+
+
+class ClampsWorldSize(_Wrapper):
+    """C20, "world_size < 1 (`ValueError` at construction)": a world size below
+    one is taken as one, silently, instead of refused."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        if config.world_size < 1:
+            config = dataclasses.replace(config, world_size=1)
+        super().__init__(config)
+
+
+class UnnamedUnknownMethod(_Wrapper):
+    """C20, "an unknown method name (error naming it)": the error for a method
+    name the workers lack says only that a method is missing, not which."""
+
+    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
+        try:
+            return super().collective_rpc(*a, **kw)
+        except AttributeError:
+            raise RuntimeError("a worker has no such method") from None
+        except Exception as exc:
+            method = a[0] if a else kw.get("method")
+            if isinstance(method, str) and method in str(exc):
+                raise RuntimeError("a worker has no such method") from None
+            raise
+
+
+clamps_world_size = ClampsWorldSize
+unnamed_unknown_method = UnnamedUnknownMethod

@@ -84,6 +84,13 @@ CASES = [
     # issue 25, nothing left behind: the caller dies with calls in flight
     ("watches_only_between_calls", "C13", "c13_ and call_running"),
     ("blocked_on_a_full_reply_channel", "C13", "c13_ and replies_backed_up"),
+    # issue 26, round 2: the "none yet" rows of docs/sentences.md
+    ("pending_future_after_shutdown", "C9", "c9_shutdown_of_an_idle"),
+    ("second_shutdown_runs_callbacks", "C9", "c9_shutdown_of_an_idle"),
+    ("callbacks_get_an_equal_future", "C21", "c21_done_callback_runs"),
+    ("drops_kwargs_of_string_methods", "C3", "c3_"),
+    ("clamps_world_size", "C20", "c20_world_size"),
+    ("unnamed_unknown_method", "C20", "c20_unknown_method"),
 ]
 
 
