@@ -20,6 +20,7 @@ import pytest
 from harness import ExecutorConfig
 from harness.conformance import probes
 from harness.conformance._checks import (
+    blocked_by,
     bounded,
     error_of,
     not_applicable,
@@ -234,6 +235,9 @@ def test_c13_every_process_the_executor_started_exits_when_the_caller_is_sigkill
             # Then the driver brings the executor to ``state`` (it gives up after a minute).
             reached = Path(f"{pid_file}.reached")
             wait_until(lambda: reached.exists() or driver.poll() is not None, 70)
+            if not reached.exists() and state == "replies_backed_up":
+                # Hundreds of calls in flight with their replies unread are C5's to hold.
+                blocked_by("C5", f"the caller could not put 200 calls in flight with their replies unread ({state})")
             assert reached.exists(), f"the caller process did not bring its executor to {state} (exit {driver.poll()})"
             add(leaks.started_by(driver.pid, None), "in the caller's process tree")
             add(leaks.tagged(tag), "carries the caller's tag")
