@@ -228,8 +228,8 @@ def test_c10_ten_create_shutdown_cycles_leak_nothing(
     # One cycle first: what a backend's first start in the process keeps for good
     # (a runtime's helpers, its connection, the descriptors they hold) is in the
     # baseline, as the leak check after each test tells a first start's residue
-    # apart. From there on every descriptor counts: a leak that stops growing
-    # after a few executors is still a leak.
+    # apart. From there on every descriptor counts but one (below): a leak that
+    # stops growing after a few executors is still a leak.
     ex = _create(backend, executor_config)
     _ranks(ex, "in the warm-up cycle")
     _shutdown(ex, "shutdown() of the warm-up cycle")
@@ -240,7 +240,20 @@ def test_c10_ten_create_shutdown_cycles_leak_nothing(
         _no_worker_processes(request)
     _assert_clean(before, pids, "after 10 create/shutdown cycles")
     problems = leaks.wait_clean(before, timeout=10, fd_slack=0)
-    assert not problems, f"after 10 create/shutdown cycles (a warm-up cycle before them): {'; '.join(problems)}"
+    if not problems:
+        return
+    # Descriptors alone are left to judge (_assert_clean checked the rest). A
+    # runtime may open one for good at any point of its life (Ray's driver does,
+    # now and then, after its warm-up): SPEC allows one such descriptor, which
+    # must not grow over ten more cycles. Two or more, or growth, are a leak,
+    # however few.
+    excess = leaks.snapshot().fds - before.fds
+    assert excess <= 1, f"after 10 create/shutdown cycles (a warm-up cycle before them): {'; '.join(problems)}"
+    settled = leaks.snapshot()
+    pids = _cycles(backend, executor_config, range(10, 20))
+    _assert_clean(settled, pids, "after 20 create/shutdown cycles")
+    more = leaks.wait_clean(settled, timeout=10, fd_slack=0)
+    assert not more, f"after 10 create/shutdown cycles: {'; '.join(problems)}; and after 10 more: {'; '.join(more)}"
 
 
 def _descriptors_settle(quiet_s: float = 1.0, bound_s: float = 10.0) -> None:
