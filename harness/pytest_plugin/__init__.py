@@ -505,7 +505,7 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
         if _reported_before_fork(item):
             return None
         _leave_setups_for(item)
-        return IsolatedTest(item, timeout_of(item, opts), reaper)
+        return IsolatedTest(item, timeout_of(item, opts), reaper, stretch=not opts.timeout_explicit)
 
     def variant(item: pytest.Item) -> str | None:
         v = variant_of(item)
@@ -531,7 +531,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     reaper = item.config.stash.get(reaper_key, None)
     opts = item.config.stash[options_key]
-    for report in run_isolated(item, timeout_of(item, opts), reaper, _progress(item.config)):
+    stretch = not opts.timeout_explicit  # a timeout given explicitly is exact
+    for report in run_isolated(item, timeout_of(item, opts), reaper, _progress(item.config), stretch):
         ihook.pytest_runtest_logreport(report=report)
     ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
     return True

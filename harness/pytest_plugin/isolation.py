@@ -101,14 +101,17 @@ def run_isolated(
     timeout_s: float,
     reaper: Reaper | None = None,
     progress: Callable[[str], None] | None = None,
+    stretch: bool = True,
 ) -> list[pytest.TestReport]:
     """Run ``item`` in a forked child leading its own process group; its reports.
 
     ``reaper`` learns of the group while it runs (so that pytest's death takes
-    it along); ``progress`` hears, now and then, that a long test is still running."""
-    run = IsolatedTest(item, timeout_s, reaper)
+    it along); ``progress`` hears, now and then, that a long test is still running;
+    ``stretch``: the timeout stretches with the machine's load (:func:`load_grace_s`),
+    as it does unless it was given explicitly."""
+    run = IsolatedTest(item, timeout_s, reaper, stretch)
     try:
-        status = _wait_child(run.pid, timeout_s, item.nodeid, progress)
+        status = _wait_child(run.pid, timeout_s, item.nodeid, progress, stretch)
     except BaseException:
         run.abort()
         raise
@@ -121,8 +124,10 @@ class IsolatedTest:
     Started on construction; :meth:`finish` takes the child's wait status (or
     None past its deadline) and returns the test's reports."""
 
-    def __init__(self, item: pytest.Item, timeout_s: float, reaper: Reaper | None = None) -> None:
+    def __init__(self, item: pytest.Item, timeout_s: float, reaper: Reaper | None = None, stretch: bool = True) -> None:
         self.item, self.timeout_s, self._reaper = item, timeout_s, reaper
+        #: Whether the timeout stretches with the machine's load (not where it was given explicitly).
+        self.stretch = stretch
         self.started = time.monotonic()
         self.deadline = self.started + timeout_s
         # Stacks land in a folder: the test process's and its workers', one file each.
@@ -208,7 +213,7 @@ class IsolatedTest:
     def grant_load_grace(self, progress: Callable[[str], None] | None = None) -> bool:
         """At the deadline: on a machine busier than its CPUs, move it later
         (:func:`load_grace_s`) and return True; else False (the test is killed)."""
-        more = load_grace_s(self.timeout_s, self.deadline - self.started)
+        more = load_grace_s(self.timeout_s, self.deadline - self.started) if self.stretch else 0.0
         if more <= 0:
             return False
         self.deadline += more
@@ -303,7 +308,7 @@ PROGRESS_EVERY_S = float(os.environ.get("HARNESS_PROGRESS_S") or 30.0)
 
 
 def _wait_child(
-    pid: int, timeout_s: float, nodeid: str = "", progress: Callable[[str], None] | None = None
+    pid: int, timeout_s: float, nodeid: str = "", progress: Callable[[str], None] | None = None, stretch: bool = True
 ) -> int | None:
     """The child's wait status once it exits, or None after ``timeout_s`` s."""
     start = time.monotonic()
@@ -314,7 +319,7 @@ def _wait_child(
         while True:
             now = time.monotonic()
             if now >= deadline:
-                more = load_grace_s(timeout_s, deadline - start)
+                more = load_grace_s(timeout_s, deadline - start) if stretch else 0.0
                 if more <= 0:
                     return None
                 deadline += more
