@@ -218,7 +218,8 @@ class IdleCPU:
     """Percent of one core used while an executor sat idle."""
 
     caller: float
-    #: The caller's descendant processes together (its workers, for most backends).
+    #: The processes the executor started, together (its workers, for most
+    #: backends): the caller's descendants that were not there before it.
     descendants: float
     n_descendants: int
 
@@ -230,10 +231,13 @@ def idle_cpu(backend: str, world_size: int, seconds: float) -> IdleCPU:
     side = parse_side(backend, "--backend")
     loaded = load_backend(side.spec)
     me = psutil.Process()
+    # A child that was there before (a run-wide Ray cluster, a test runner's
+    # helper) is not the executor's: its CPU would be charged to the executor.
+    already = {p.pid for p in me.children(recursive=True)}
     with loaded.factory(side.config(world_size)) as ex:
         ex.collective_rpc(probes.noop)
         time.sleep(0.2)  # past any spin after the call (mp's workers: 10 ms)
-        procs = me.children(recursive=True)
+        procs = [p for p in me.children(recursive=True) if p.pid not in already]
         before = _cpu_seconds(procs)
         t0 = time.monotonic()
         c0 = time.process_time()

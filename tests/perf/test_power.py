@@ -1,8 +1,9 @@
 """The perf tier's power: the A/B mode flags the seed's regression and leaves `mp` alone.
 
 The full form (``perf_full``, ``pytest -m perf``) is issue 12's bar: 20 A/B runs
-a side, the regression flagged in at least 19, ``mp`` against itself in at most
-1. The quick form (one A/B run a side, seconds) runs with every other test.
+a side, the spinning reply thread flagged in at least 19, ``mp`` against itself
+in at most 1. The quick form (one A/B run a side, seconds) runs with every other
+test: a certain slowdown (a call 1 ms late) flagged, ``mp`` against itself not.
 
 World size 1: ``mp``'s workers spin for 10 ms after a call, so at world size 2
 on a 2-core machine the caller shares its core with a spinning worker, and the
@@ -17,12 +18,14 @@ import pytest
 
 from harness.perf.ab import ABResult, run_ab
 from harness.perf.runner import parse_side
+from harness.perf.stats import NO_CHANGE
 from harness.perf.workloads import EngineStep
 
 pytestmark = [pytest.mark.perf, pytest.mark.isolated, pytest.mark.exclusive]
 
 PLAIN = "mp@start_method=fork"
 REGRESSED = "tests.perf.regressed:spinning_reply_thread@start_method=fork"
+SLOWED = "tests.perf.regressed:delayed@start_method=fork,env.HARNESS_PERF_DELAY_S=0.001"
 WORLD_SIZE = 1
 FULL = {"rounds": 40, "reps": 25, "warmup": 10}
 QUICK = {"rounds": 6, "reps": 25, "warmup": 10}
@@ -39,17 +42,25 @@ def _flagged(b: str, runs: int) -> tuple[int, list[str]]:
 
 
 @pytest.mark.timeout(120)
-def test_a_driver_thread_spinning_on_replies_is_flagged_slower_in_one_ab_run() -> None:
-    result = ab(REGRESSED, QUICK)
+def test_a_call_a_millisecond_late_is_flagged_slower_in_one_ab_run() -> None:
+    # The quick form checks the A/B machinery end to end on a slowdown that
+    # is certain (1 ms on a step of about 1 ms: flagged in 12 of 12 quick runs,
+    # measured). The spinning reply thread's cost (+20 to +50 %) is flagged in
+    # only 4 of 10 quick runs on this 2-core machine, whose step times jump
+    # between about 0.6 and 1.1 ms within a run: the full form judges it.
+    result = ab(SLOWED, QUICK)
     assert result.b_is_slower, "\n".join(result.lines())
 
 
 @pytest.mark.timeout(120)
-def test_mp_against_itself_is_within_ten_percent_in_one_ab_run() -> None:
-    # One run's verdict may be a false alarm (the full form bounds how often);
-    # a tenth off between two identical sides would be a broken measurement.
+def test_mp_against_itself_is_judged_no_change_in_one_ab_run() -> None:
+    # Not a bound on the ratio: with a fresh executor each round, one quick
+    # run's ratio of identical sides scattered from 0.77 to 1.42 (measured,
+    # quiet machine). The test's own decision accounts for that scatter; it
+    # calls identical sides different in about alpha (1 %) of runs, and the
+    # full form below bounds how often over 20.
     result = ab(PLAIN, QUICK)
-    assert 0.9 < result.verdicts[result.gate].ratio < 1.1, "\n".join(result.lines())
+    assert result.verdicts[result.gate].decision == NO_CHANGE, "\n".join(result.lines())
 
 
 @pytest.mark.timeout(900)

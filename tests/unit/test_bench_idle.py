@@ -3,6 +3,9 @@ in the caller (C19) or in its workers, and a worker that spins while idle shows.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from harness.contract import ExecutorConfig
@@ -29,3 +32,16 @@ def test_workers_that_spin_while_idle_show_in_the_descendants_figure() -> None:
     # Two workers yielding in a loop on two cores: well over half a core.
     assert idle.descendants > 50.0
     assert idle.caller < 5.0
+
+
+def test_a_busy_process_started_before_the_executor_is_not_charged_to_it() -> None:
+    # A run-wide Ray cluster is such a child of the test process: CI once
+    # charged its 7 % of a core to an idle mp.
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        idle = idle_cpu("mp@start_method=fork", 2, 1.0)
+    finally:
+        busy.kill()
+        busy.wait()
+    assert idle.n_descendants == 2  # the two workers, not the busy child
+    assert idle.descendants < 5.0
