@@ -191,7 +191,15 @@ def test_c9_shutdown_of_an_idle_executor_leaves_nothing(
     bounded(lambda: ex.register_failure_callback(failures), 10, "register_failure_callback()")
     _shutdown(ex, "shutdown()")
     _assert_clean(before, pids, "after shutdown()", _start_and_stop(backend, executor_config))
-    _second_shutdown_is_a_no_op(ex, failures)
+    # A no-op touches no other executor either: one that is running when the
+    # second shutdown() comes keeps its calls, health and callbacks.
+    other = _create(backend, executor_config)
+    try:
+        bystander = _Bystander(other)
+        _second_shutdown_is_a_no_op(ex, failures)
+        bystander.expect_untouched(executor_config.world_size, "a second shutdown() of another executor")
+    finally:
+        _shutdown(other, "shutdown() of the other executor")
     _expect_call_fails_after_shutdown(ex)
 
 

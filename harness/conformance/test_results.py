@@ -236,10 +236,16 @@ def test_c5_hundreds_of_calls_in_flight_all_complete(executor: Any, world_size: 
     # reply channel, which must not deadlock the requests behind them.
     n = 300
     blob = b"r" * 20_000
-    futures = [
-        one_future(executor.collective_rpc(probes.echo_value, args=((i, blob),), non_block=True), "non_block=True")
-        for i in range(n)
-    ]
+
+    def put_in_flight() -> list[Any]:
+        return [
+            one_future(executor.collective_rpc(probes.echo_value, args=((i, blob),), non_block=True), "non_block=True")
+            for i in range(n)
+        ]
+
+    # Bounded too: a backend that makes a new call wait for a reply the caller
+    # has not read yet deadlocks here, at the call, not at a result().
+    futures = bounded(put_in_flight, 60, f"putting {n} calls in flight, none of their replies read yet")
     for i in reversed(range(n)):
         expect_equal(result_of(futures[i], 120, f"future {i} of {n}"), [(i, blob)] * world_size, f"future {i} of {n}")
 

@@ -1879,3 +1879,208 @@ class UnnamedUnknownMethod(_Wrapper):
 
 clamps_world_size = ClampsWorldSize
 unnamed_unknown_method = UnnamedUnknownMethod
+
+
+# ---- issue 26, round 3: more of the "none yet" rows (C5, C7, C9, C20) ----
+
+
+class _OverriddenFuture(_FutureProxy):
+    """A facade whose result the wrapper may replace once the call is done."""
+
+    _unset = object()
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.override: Any = self._unset
+
+    def result(self, timeout: Any = None) -> Any:
+        got = self.inner.result(timeout)
+        self.read = True
+        return got if self.override is self._unset else self.override
+
+    read = False
+
+
+class _PreviousResultFuture(_FutureProxy):
+    def __init__(self, inner: Any, previous: Any) -> None:
+        super().__init__(inner)
+        self.previous = previous
+
+    def result(self, timeout: Any = None) -> Any:
+        own = self.inner.result(timeout)
+        return own if self.previous is None else self.previous.result()
+
+
+class PreviousCallsResult(_Wrapper):
+    """C5, "each future gets its own call's result": every future but the first
+    resolves to the result of the call submitted before it. They still complete
+    in submission order."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        self._previous: Any = None
+
+    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
+        out = super().collective_rpc(*a, **kw)
+        if not kw.get("non_block"):
+            return out
+        future = _PreviousResultFuture(out, self._previous)
+        self._previous = out
+        return future
+
+
+class BlockingTakesAPendingReply(_Wrapper):
+    """C5, "blocking calls interleaved with pending non-blocking ones take nothing
+    from them": a blocking call made while a future is unread returns that
+    future's call's result, and the future gets the blocking call's."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        self._pending: list[_OverriddenFuture] = []
+
+    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
+        out = super().collective_rpc(*a, **kw)
+        if kw.get("non_block"):
+            future = _OverriddenFuture(out)
+            self._pending.append(future)
+            return future
+        # Futures the caller has not read yet, done or not: in-order completion
+        # finished them before this call's reply came.
+        self._pending = [f for f in self._pending if not f.read]
+        if not self._pending:
+            return out
+        taken = self._pending.pop(0)
+        theirs = taken.inner.result()
+        taken.override = out
+        return theirs
+
+
+class _CountedFuture(_FutureProxy):
+    def __init__(self, inner: Any, read: Any) -> None:
+        super().__init__(inner)
+        self._read = read
+        self._counted = False
+
+    def _once(self) -> None:
+        if not self._counted:
+            self._counted = True
+            self._read()
+
+    def result(self, timeout: Any = None) -> Any:
+        out = self.inner.result(timeout)
+        self._once()
+        return out
+
+    def exception(self, timeout: Any = None) -> Any:
+        out = self.inner.exception(timeout)
+        self._once()
+        return out
+
+
+class UnreadRepliesBlockNewCalls(_Wrapper):
+    """C5, "Hundreds of calls in flight at once all complete correctly (no
+    deadlock when replies back up)": a reply channel of 64 slots, each freed
+    only when the caller reads its future; the 65th call in flight waits for a
+    slot, for good, while the caller has not read one."""
+
+    SLOTS = 64
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        self._unread = 0
+        self._freed = threading.Condition()
+
+    def _read(self) -> None:
+        with self._freed:
+            self._unread -= 1
+            self._freed.notify_all()
+
+    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
+        if not kw.get("non_block"):
+            return super().collective_rpc(*a, **kw)
+        with self._freed:
+            self._freed.wait_for(lambda: self._unread < self.SLOTS)
+            self._unread += 1
+        return _CountedFuture(super().collective_rpc(*a, **kw), self._read)
+
+
+class LateReplyToTheNextCall(_Wrapper):
+    """C7, "it never hands a late reply to a later call": a call that timed out
+    is left running, and its reply, when it comes, is the next call's result."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        self._late: Any = None
+
+    def collective_rpc(
+        self,
+        method: Any,
+        timeout: Any = None,
+        args: Any = (),
+        kwargs: Any = None,
+        non_block: bool = False,
+        unique_reply_rank: Any = None,
+    ) -> Any:
+        if non_block or timeout is None:
+            own = self.inner.collective_rpc(method, None, args, kwargs, non_block, unique_reply_rank)
+        else:
+            future = self.inner.collective_rpc(method, None, args, kwargs, True, unique_reply_rank)
+            try:
+                own = future.result(timeout)
+            except TimeoutError:
+                self._late = future
+                raise
+        if self._late is not None and not non_block:
+            late, self._late = self._late, None
+            return late.result()
+        return own
+
+
+class UnusableAfterAnUnpicklableResult(_Wrapper):
+    """C20, "an unpicklable result" (and "leaves the executor usable"): the error
+    is raised, and every call after it fails."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        self._broken: str | None = None
+
+    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
+        if self._broken is not None:
+            raise RuntimeError(f"executor unusable since an earlier call's result failed to pickle: {self._broken}")
+        try:
+            return super().collective_rpc(*a, **kw)
+        except Exception as exc:
+            if "pickl" in str(exc).lower():
+                self._broken = str(exc)[:200]
+            raise
+
+
+_LIVE: list[Any] = []
+
+
+class SecondShutdownStopsTheOthers(_Wrapper):
+    """C9, "A second `shutdown()` is a no-op": a second shutdown() is taken as
+    "clean everything up" and shuts down every other executor of the process."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        self._shut = False
+        _LIVE.append(self)
+
+    def shutdown(self) -> None:
+        if self._shut:
+            for other in [e for e in _LIVE if e is not self]:
+                other.shutdown()
+            return
+        self._shut = True
+        if self in _LIVE:
+            _LIVE.remove(self)
+        super().shutdown()
+
+
+previous_calls_result = PreviousCallsResult
+blocking_takes_a_pending_reply = BlockingTakesAPendingReply
+unread_replies_block_new_calls = UnreadRepliesBlockNewCalls
+late_reply_to_the_next_call = LateReplyToTheNextCall
+unusable_after_an_unpicklable_result = UnusableAfterAnUnpicklableResult
+second_shutdown_stops_the_others = SecondShutdownStopsTheOthers

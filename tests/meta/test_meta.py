@@ -91,6 +91,13 @@ CASES = [
     ("drops_kwargs_of_string_methods", "C3", "c3_"),
     ("clamps_world_size", "C20", "c20_world_size"),
     ("unnamed_unknown_method", "C20", "c20_unknown_method"),
+    # issue 26, round 3
+    ("previous_calls_result", "C5", "c5_a_later"),
+    ("blocking_takes_a_pending_reply", "C5", "c5_blocking"),
+    ("unread_replies_block_new_calls", "C5", "c5_hundreds"),
+    ("late_reply_to_the_next_call", "C7", "c7_timeout_raises"),
+    ("unusable_after_an_unpicklable_result", "C20", "c20_unpicklable_result"),
+    ("second_shutdown_stops_the_others", "C9", "c9_shutdown_of_an_idle"),
 ]
 
 
