@@ -59,6 +59,10 @@ def _conform(args: argparse.Namespace, pytest_args: list[str]) -> int:
         "seed": "--harness-seed",
         "k": "-k",
     }
+    if args.sample:
+        from harness.conformance.sample import sample_expression
+
+        args.k = sample_expression(args.k)
     for attr, flag in passed_on.items():
         value = getattr(args, attr)
         if value:
@@ -216,6 +220,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(the default: twice the CPU count, at most 8)",
     )
     conform.add_argument("-k", help="only tests matching this pytest -k expression")
+    conform.add_argument(
+        "--sample",
+        action="store_true",
+        help="one test of every clause (harness/conformance/sample.py), for a short run; with -k, those it matches",
+    )
     conform.set_defaults(func=_conform)
     conform.epilog = "Any other argument goes to pytest as it is (-x, --junitxml=F, -q, ...)."
     bench = sub.add_parser(

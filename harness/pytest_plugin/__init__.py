@@ -543,7 +543,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     would import again (torch), when some test will run isolated."""
     session.stash[_isolated_key] = any(_runs_isolated(i) for i in session.items)
     if session.stash[_isolated_key]:
-        prepare_parent()
+        loaded = session.config.stash[options_key].loaded.values()
+        prepare_parent([m for b in loaded if isinstance(b, LoadedBackend) for m in b.preload])
 
 
 @pytest.hookimpl(tryfirst=True)

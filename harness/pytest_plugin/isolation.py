@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -54,8 +54,9 @@ _parent_torch_threads: int | None = None
 _prepared = False
 
 
-def prepare_parent() -> None:
-    """Import :data:`PRELOAD` here, once, before any test runs.
+def prepare_parent(more: Sequence[str] = ()) -> None:
+    """Import :data:`PRELOAD` and ``more`` (what the selected backends declare
+    in ``preload``) here, once, before any test runs.
 
     torch's CPU thread pool (OpenMP) does not survive a fork: a test process
     forked after this process ran a parallel torch op hangs in its first one.
@@ -68,7 +69,7 @@ def prepare_parent() -> None:
     import importlib
     import importlib.util
 
-    for name in PRELOAD:
+    for name in (*PRELOAD, *more):
         try:
             if importlib.util.find_spec(name.split(".")[0]) is not None:
                 importlib.import_module(name)

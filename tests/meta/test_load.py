@@ -13,37 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from harness.conformance.sample import SAMPLE
 from harness.report import FILTERED_OUT
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: One test of every clause, the ones whose waits a busy machine stretches first.
-SAMPLE = (
-    "c1_blocking_call_returns",
-    "c2_unique_reply_rank_returns",
-    "c3_args_and_kwargs_reach_a_callable",
-    "c4_a_wait_with_timeout",
-    "c5_hundreds_of_calls",
-    "c6_worker_exception_fails_that_call",
-    "c7_timeout_raises_in_time",
-    "c8_a_worker_dying_mid_call",
-    "c9_shutdown_is_bounded_with_a_worker_hung",
-    "c10_ten_create",
-    "c11_with_block_shuts_down_on_exit",
-    "c12_dropping",
-    "c13_every_process",
-    "c14_worker_rank",
-    "c15_collectives_are_correct",
-    "c16_greedy",
-    "c17_a_64",
-    "c18_two_executors_at_once",
-    "c19_idle",
-    "c20_unpicklable_argument",
-    "c21_done_callback_runs_once",
-    "c22_a_worker_failing",
-    "c23_nothing_listens",
-    "c24_blocking_calls",
-)
 
 
 @pytest.mark.exclusive
@@ -57,7 +31,7 @@ def test_beside_cpu_hogs_mp_gets_the_verdicts_of_a_quiet_machine(tmp_path: Path)
     try:
         done = subprocess.run(
             [sys.executable, "-m", "harness", "conform", "--backend", "mp", "--world-size", "2",
-             "--start-method", "fork", "-m", "not gpu", "-k", " or ".join(SAMPLE), "-q",
+             "--start-method", "fork", "-m", "not gpu", "--sample", "-q",
              "--report-json", str(report)],
             cwd=ROOT, capture_output=True, text=True, timeout=1100, check=False,
         )  # fmt: skip

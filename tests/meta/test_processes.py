@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -166,3 +167,36 @@ def test_by_default_a_backends_first_start_method_runs_at_every_world_size_and_t
         "backends:forkserver_first-ws1-spawn",
         "backends:forkserver_first-ws2-spawn",
     }
+
+
+def test_a_module_a_backend_preloads_is_imported_once_for_all_its_test_processes(tmp_path: Path) -> None:
+    marker = tmp_path / "imported-by.txt"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "conform",
+            "--backend",
+            "tests.meta.preloaded:create",
+            "--world-size",
+            "1",
+            "--start-method",
+            "fork",
+            "-m",
+            "not gpu",
+            "-k",
+            "c1_ or c3_",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env={**os.environ, "HARNESS_PRELOAD_MARKER": str(marker)},
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert "passed" in proc.stdout, proc.stdout[-2000:]
+    importers = marker.read_text().split()
+    # One import, in the suite's own process, not one per test process.
+    assert len(importers) == 1, f"imported by {importers}"

@@ -365,3 +365,23 @@ def test_extra_unsupported_is_validated() -> None:
 
 def test_capabilities_name_real_clauses() -> None:
     assert set(CAPABILITIES.values()) <= set(CLAUSES)
+
+
+@pytest.mark.parametrize("preload", ["vllm", ("ok", ""), (1,)])
+def test_preload_must_be_module_names(monkeypatch: pytest.MonkeyPatch, preload: Any) -> None:
+    def factory(config: Any) -> Any:
+        raise AssertionError("not called")
+
+    factory.preload = preload  # type: ignore[attr-defined]
+    monkeypatch.setattr(sys.modules[__name__], "_preload_factory", factory, raising=False)
+    with pytest.raises(TypeError, match=r"backend '.*_preload_factory': 'preload' must be a sequence of module names"):
+        load_backend(f"{__name__}:_preload_factory")
+
+
+def test_preload_is_read_as_a_tuple(monkeypatch: pytest.MonkeyPatch) -> None:
+    def factory(config: Any) -> Any:
+        raise AssertionError("not called")
+
+    factory.preload = ["json", " csv "]  # type: ignore[attr-defined]
+    monkeypatch.setattr(sys.modules[__name__], "_preload_factory", factory, raising=False)
+    assert load_backend(f"{__name__}:_preload_factory").preload == ("json", "csv")

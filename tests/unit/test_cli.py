@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,8 @@ import harness.perf.bench
 from harness.__main__ import main
 from harness.backends import DISTRIBUTION
 from harness.contract import SPEC_VERSION
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -149,3 +152,30 @@ def test_bench_passes_valid_arguments_on(bench_runs: list[dict[str, Any]]) -> No
         {"backends": ["mp"], "world_sizes": [1, 2], "iters": 7, "idle_s": 5.0},
         {"backends": ["mp"], "world_sizes": [1, 2, 4], "iters": 500, "idle_s": 2.0},
     ]
+
+
+def _suite_tests() -> list[str]:
+    import ast
+
+    names = []
+    for path in sorted((ROOT / "harness" / "conformance").glob("test_*.py")):
+        tree = ast.parse(path.read_text())
+        names += [n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")]
+    return names
+
+
+def test_the_sample_names_one_test_of_every_clause() -> None:
+    from harness.conformance.sample import SAMPLE
+
+    tests = _suite_tests()
+    for part in SAMPLE:
+        assert any(part in t for t in tests), f"sample entry {part!r} matches no test of the suite"
+    clauses = [f"C{part[1:].split('_')[0]}" for part in SAMPLE]
+    assert sorted(clauses, key=lambda c: int(c[1:])) == [f"C{i}" for i in range(1, 25)], clauses
+
+
+def test_sample_narrowed_by_k_keeps_both() -> None:
+    from harness.conformance.sample import sample_expression
+
+    assert sample_expression("mp").endswith(") and (mp)")
+    assert sample_expression().startswith("c1_blocking_call_returns or ")

@@ -240,3 +240,17 @@ create_mp.start_methods = ("spawn",)  # type: ignore[attr-defined]
 create_ray.start_methods = ("spawn",)  # type: ignore[attr-defined]
 create_uni.start_methods = ("spawn",)  # type: ignore[attr-defined]
 create_uni.world_sizes = (1,)  # type: ignore[attr-defined]
+
+# Imported once in the suite's process, before it forks a process per test:
+# vLLM's import costs each test about 5 s of CPU otherwise. Importing them
+# starts no thread.
+_PRELOAD = (
+    "vllm.engine.arg_utils",
+    "vllm.v1.executor.abstract",
+    "vllm.v1.executor.multiproc_executor",
+    "vllm.v1.executor.uniproc_executor",
+    "vllm.v1.worker.cpu_worker",  # vllm-uni's worker runs in the caller
+    "vllm.model_executor.models.llama",
+)
+for _factory in (create_mp, create_uni, create_ray):
+    _factory.preload = _PRELOAD  # type: ignore[attr-defined]
