@@ -137,8 +137,8 @@ def render(runs: list[dict], repro_output: Path | None) -> str:
         f"**vLLM {settings.get('vllm', '(version not recorded)')}**, torch {settings.get('torch')}, "
         f"Python {settings.get('python')} on {settings.get('machine')}. SPEC of {settings.get('spec')}.",
         "",
-        "Commands: `make vllm-report` (what CI runs is in the `Makefile`'s `test-vllm`: the same runs, "
-        "with the known failures in force). Each backend's failures are listed in "
+        "Commands: `make vllm-report` (the whole suite, `make test-vllm-full`; CI runs one test of every clause, "
+        "`make test-vllm`, with the known failures in force). Each backend's failures are listed in "
         "`harness/executors/vllm/vllm_known_failures.txt`, which runs them as strict xfails: the run stays green, "
         "each clause still reads FAIL here, and a fix upstream reads as an unexpected pass.",
         "",
