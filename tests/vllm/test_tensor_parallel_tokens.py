@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -29,12 +30,20 @@ def _tokens(model: str, tp: int, backend: str, device: str) -> list[list[int]]:
         "print('TOKENS ' + json.dumps(greedy_tokens(*json.loads(sys.argv[1]))))"
     )
     spec = json.dumps([model, tp, backend, device, PROMPTS, STEPS])
+    # The engine's zmq sockets go to a temporary folder of its own, removed with
+    # it: left in /tmp, a CI run left 11 of them behind (2026-12-02).
+    with tempfile.TemporaryDirectory(prefix="vllm-tokens-") as tmp:
+        return _run_engine(code, spec, backend, tp, device, tmp)
+
+
+def _run_engine(code: str, spec: str, backend: str, tp: int, device: str, tmp: str) -> list[list[int]]:
     proc = subprocess.Popen(
         [sys.executable, "-c", code, spec],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
+        env={**os.environ, "TMPDIR": tmp},
     )
     try:
         out, _ = proc.communicate(timeout=ENGINE_TIMEOUT_S)
