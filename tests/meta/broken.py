@@ -1892,13 +1892,12 @@ class _OverriddenFuture(_FutureProxy):
     def __init__(self, inner: Any) -> None:
         super().__init__(inner)
         self.override: Any = self._unset
+        self.read = False  # whether the caller has taken the result
 
     def result(self, timeout: Any = None) -> Any:
         got = self.inner.result(timeout)
         self.read = True
         return got if self.override is self._unset else self.override
-
-    read = False
 
 
 class _PreviousResultFuture(_FutureProxy):
