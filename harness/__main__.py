@@ -76,7 +76,33 @@ def _conform(args: argparse.Namespace, pytest_args: list[str]) -> int:
         # Each test named as it starts: a long run shows where it is (and the
         # plugin names a test still running every 30 s).
         argv.append("-v")
-    return run_pytest(argv + extra)
+    return _in_a_temporary_folder_of_its_own(argv + extra, keep="--harness-keep-leftovers" in extra)
+
+
+def _in_a_temporary_folder_of_its_own(argv: list[str], keep: bool) -> int:
+    """Run the suite's pytest with ``TMPDIR`` a folder of the run's own, removed
+    after it: what the run's own process puts in the temporary folder (pytest's
+    base folder, a cache torch makes when a backend imports vLLM) goes with it,
+    so a run leaves the machine's temporary folder as it found it. Each test's
+    folder lies inside it. Kept with ``--harness-keep-leftovers``."""
+    import os
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="harness-run-")
+    previous = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = folder
+    try:
+        return run_pytest(argv)
+    finally:
+        if previous is None:
+            del os.environ["TMPDIR"]
+        else:
+            os.environ["TMPDIR"] = previous
+        if keep:
+            print(f"harness: the run's temporary folder is kept: {folder}", file=sys.stderr)
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def run_pytest(argv: list[str]) -> int:

@@ -133,6 +133,30 @@ def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 
         time.sleep(interval)
 
 
+def wait_while_progressing(
+    done: Callable[[], bool],
+    progress: Callable[[], object],
+    stall_s: float,
+    limit_s: float,
+    interval: float = 0.05,
+) -> bool:
+    """Wait until ``done()``, as long as ``progress()`` keeps changing: False once
+    it stood still for ``stall_s`` s, or after ``limit_s`` s in all. A wait on
+    events: slow progress on a busy machine keeps it going, a stop ends it early."""
+    start = last_change = time.monotonic()
+    seen = progress()
+    while True:
+        if done():
+            return True
+        now = time.monotonic()
+        if now - last_change >= stall_s or now - start >= limit_s:
+            return False
+        time.sleep(interval)
+        value = progress()
+        if value != seen:
+            seen, last_change = value, time.monotonic()
+
+
 def process_gone(pid: int) -> bool:
     """True once ``pid`` has exited (a zombie counts as exited but not reaped)."""
     try:

@@ -14,7 +14,8 @@ it there:
     left its marker file when its sleep started.
 ``replies_backed_up``
     hundreds of calls sent whose results (1 MiB each) the caller never reads:
-    the reply path fills up and the workers block sending their replies.
+    the reply path fills up and the workers block sending their replies. The
+    count of calls sent so far is in ``PID_FILE.markers/submitted``.
 ``worker_hung_in_native_code``
     the last rank is blocked in a C call with SIGTERM ignored (its marker file
     is there); the other ranks answered.
@@ -58,10 +59,12 @@ def reach(ex: Any, world_size: int, state: str, markers: Path) -> list[Any]:
         _wait_for([markers / f"rank-{r}" for r in range(world_size)], "the call did not start in every worker")
         return [future]
     if state == "replies_backed_up":
-        return [
-            ex.collective_rpc(probes.zeros, args=(BACKED_UP_RESULT_BYTES,), non_block=True)
-            for _ in range(BACKED_UP_CALLS)
-        ]
+        futures = []
+        for n in range(1, BACKED_UP_CALLS + 1):
+            futures.append(ex.collective_rpc(probes.zeros, args=(BACKED_UP_RESULT_BYTES,), non_block=True))
+            # How far it got: the test tells calls that go in slowly from a caller that stopped.
+            _write(str(markers / "submitted"), str(n))
+        return futures
     if state == "worker_hung_in_native_code":
         marker = markers / "hung"
         future = ex.collective_rpc(

@@ -28,6 +28,7 @@ from harness.conformance._checks import (
     process_gone,
     raised_by,
     wait_until,
+    wait_while_progressing,
 )
 from harness.conformance._faults import (
     DEATH_BOUND_S,
@@ -38,7 +39,9 @@ from harness.conformance._faults import (
     left,
     victim,
 )
+from harness.conformance._orphan_driver import BACKED_UP_CALLS
 from harness.system import leaks
+from harness.system.load import load_scale
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -187,6 +190,18 @@ def test_c8_two_workers_dying_run_each_callback_exactly_once_overall(
 CALLER_KILLED_WHILE = ("idle", "call_running", "replies_backed_up", "worker_hung_in_native_code")
 
 
+#: replies_backed_up: how long no call may go in before the caller counts as stopped
+#: (times the machine's load per CPU, up to 6).
+BACKED_UP_STALL_S = 15.0
+
+
+def _text_of(path: Path) -> str:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
+
+
 @pytest.mark.clause("C13")
 @pytest.mark.parametrize("state", CALLER_KILLED_WHILE)
 def test_c13_every_process_the_executor_started_exits_when_the_caller_is_sigkilled(
@@ -234,10 +249,27 @@ def test_c13_every_process_the_executor_started_exits_when_the_caller_is_sigkill
             add(ranks, "a worker")
             # Then the driver brings the executor to ``state`` (it gives up after a minute).
             reached = Path(f"{pid_file}.reached")
-            wait_until(lambda: reached.exists() or driver.poll() is not None, 70)
-            if not reached.exists() and state == "replies_backed_up":
-                # Hundreds of calls in flight with their replies unread are C5's to hold.
-                blocked_by("C5", f"the caller could not put 200 calls in flight with their replies unread ({state})")
+            if state == "replies_backed_up":
+                # Waited for as long as calls keep going in: a caller whose submissions
+                # stopped is told from a slow one in seconds, not at a fixed bound.
+                submitted = Path(f"{pid_file}.markers") / "submitted"
+                scale = load_scale()
+                stall_s = BACKED_UP_STALL_S * scale
+                wait_while_progressing(
+                    lambda: reached.exists() or driver.poll() is not None,
+                    lambda: _text_of(submitted),
+                    stall_s,
+                    70 * scale,
+                )
+                if not reached.exists() and driver.poll() is None:
+                    # Hundreds of calls in flight with their replies unread are C5's to hold.
+                    blocked_by(
+                        "C5",
+                        f"the caller could not put {BACKED_UP_CALLS} calls in flight with their replies unread "
+                        f"({state}): it stopped after {_text_of(submitted) or 0}, none more for {stall_s:.0f} s",
+                    )
+            else:
+                wait_until(lambda: reached.exists() or driver.poll() is not None, 70)
             assert reached.exists(), f"the caller process did not bring its executor to {state} (exit {driver.poll()})"
             add(leaks.started_by(driver.pid, None), "in the caller's process tree")
             add(leaks.tagged(tag), "carries the caller's tag")

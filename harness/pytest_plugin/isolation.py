@@ -27,6 +27,7 @@ import pytest
 
 from harness.pytest_plugin.options import Options
 from harness.system import leaks, leftovers
+from harness.system.load import load_per_cpu, load_scale
 from harness.system.reaper import Reaper, reap
 from harness.system.stacks import STACKS_DIR_ENV
 from harness.system.stacks import collect as collect_stacks
@@ -349,16 +350,6 @@ def _wait_child(
 #: process that outlives its parent by design (Python's fork server notices its
 #: parent's end, then unloads torch) can take seconds on a loaded machine.
 LEFTOVER_SETTLE_S = 5.0
-#: On a loaded machine the settle wait scales with the load, up to this many times.
-_LOAD_SCALE_MAX = 6.0
-
-
-def load_per_cpu() -> float:
-    """The machine's load average over the last minute, per CPU (1.0: as many runnable as CPUs)."""
-    try:
-        return os.getloadavg()[0] / (os.cpu_count() or 1)
-    except OSError:
-        return 0.0
 
 
 def load_grace_s(timeout_s: float, allowed_s: float) -> float:
@@ -367,7 +358,7 @@ def load_grace_s(timeout_s: float, allowed_s: float) -> float:
     6 times), less what it has been given already; 0 on a machine no busier
     than its CPUs. The timeout is the suite's own guard against hangs, not a
     bound of SPEC's: a busy machine must not turn a slow test into a killed one."""
-    stretched = timeout_s * min(_LOAD_SCALE_MAX, max(1.0, load_per_cpu()))
+    stretched = timeout_s * load_scale(load_per_cpu())
     return max(0.0, stretched - allowed_s)
 
 
@@ -376,7 +367,7 @@ def leftover_settle_s() -> float:
     the load per CPU where the machine is busier than its CPUs (the suite's own
     wait, not a bound of SPEC's: a busy machine must not turn a slow exit into a
     finding)."""
-    return LEFTOVER_SETTLE_S * min(_LOAD_SCALE_MAX, max(1.0, load_per_cpu()))
+    return LEFTOVER_SETTLE_S * load_scale(load_per_cpu())
 
 
 def _kill_group(pgid: int, settle_s: float = LEFTOVER_SETTLE_S) -> list[str]:

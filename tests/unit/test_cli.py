@@ -55,6 +55,29 @@ def test_conform_world_sizes_from_the_command_line_or_the_environment(
     assert [_flag(argv, "--harness-world-size") for argv in calls] == ["2", "4"]
 
 
+@pytest.mark.parametrize("keep", [False, True], ids=["removed", "kept with --harness-keep-leftovers"])
+def test_conform_runs_its_pytest_in_a_temporary_folder_of_the_runs_own(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, keep: bool
+) -> None:
+    """What the run's own process writes to the temporary folder (a cache torch
+    makes when a backend imports vLLM) goes with the run: /tmp as it was."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    seen: list[str] = []
+
+    def fake_run(argv: list[str]) -> int:
+        seen.append(os.environ["TMPDIR"])
+        (Path(os.environ["TMPDIR"]) / "torchinductor_root").mkdir()
+        return 3
+
+    monkeypatch.setattr(harness.__main__, "run_pytest", fake_run)
+    extra = ["--", "--harness-keep-leftovers"] if keep else []
+    assert main(["conform", "--backend", "mp", *extra]) == 3
+    assert Path(seen[0]).parent == tmp_path, "the run's folder lies in the temporary folder the run was given"
+    assert os.environ["TMPDIR"] == str(tmp_path), "TMPDIR is restored after the run"
+    assert [p.name for p in tmp_path.iterdir()] == ([Path(seen[0]).name] if keep else [])
+
+
 # --------------------------------------------------------------------------- --version
 
 

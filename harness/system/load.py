@@ -1,0 +1,27 @@
+"""How busy the machine is, and the suite's own waits stretched by it.
+
+A loaded machine may make the suite slower, never make a correct backend fail:
+the waits that are the suite's own (not SPEC's bounds) scale with the load per
+CPU, up to :data:`LOAD_SCALE_MAX` times.
+"""
+
+from __future__ import annotations
+
+import os
+
+#: On a loaded machine a wait of the suite's own scales with the load, up to this many times.
+LOAD_SCALE_MAX = 6.0
+
+
+def load_per_cpu() -> float:
+    """The machine's load average over the last minute, per CPU (1.0: as many runnable as CPUs)."""
+    try:
+        return os.getloadavg()[0] / (os.cpu_count() or 1)
+    except OSError:
+        return 0.0
+
+
+def load_scale(load: float | None = None) -> float:
+    """How many times a wait of the suite's own stretches now: the load per CPU,
+    between 1 (a machine no busier than its CPUs) and :data:`LOAD_SCALE_MAX`."""
+    return min(LOAD_SCALE_MAX, max(1.0, load_per_cpu() if load is None else load))

@@ -1,0 +1,43 @@
+"""The suite's own waits: they wait on events and stretch with the machine's load,
+so that a busy machine makes the suite slower, never a correct backend FAIL."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from harness.conformance._checks import wait_while_progressing
+from harness.system import load
+
+
+def test_a_wait_goes_on_while_progress_is_made_past_its_stall_bound() -> None:
+    start = time.monotonic()
+
+    def progress() -> int:
+        # A new value every 0.1 s, for 0.8 s: each gap well inside the 0.3 s stall bound.
+        return min(int((time.monotonic() - start) / 0.1), 8)
+
+    done = wait_while_progressing(lambda: time.monotonic() - start > 0.8, progress, stall_s=0.3, limit_s=10)
+    assert done
+
+
+def test_a_wait_ends_once_progress_stands_still_for_its_stall_bound() -> None:
+    start = time.monotonic()
+    done = wait_while_progressing(lambda: False, lambda: "stopped", stall_s=0.3, limit_s=10)
+    took = time.monotonic() - start
+    assert not done
+    assert 0.3 <= took < 2, f"gave up after {took:.2f} s, expected about 0.3 s (the stall bound), not 10 s"
+
+
+def test_a_wait_that_keeps_progressing_still_ends_at_its_limit() -> None:
+    start = time.monotonic()
+    done = wait_while_progressing(lambda: False, time.monotonic, stall_s=5, limit_s=0.5)
+    took = time.monotonic() - start
+    assert not done
+    assert 0.5 <= took < 2.5, f"gave up after {took:.2f} s, expected about its 0.5 s limit"
+
+
+@pytest.mark.parametrize(("load_per_cpu", "scale"), [(0.2, 1.0), (1.0, 1.0), (2.5, 2.5), (6.0, 6.0), (40.0, 6.0)])
+def test_the_suite_s_own_waits_scale_with_the_load_per_cpu_at_most_six_times(load_per_cpu: float, scale: float) -> None:
+    assert load.load_scale(load_per_cpu) == scale
