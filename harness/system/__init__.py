@@ -2,7 +2,9 @@
 shared-memory segments, semaphores, sockets and temporary files (``leaks``),
 what a test's processes left and its removal (``leftovers``), its GPUs (``gpus``), its
 stacks at a hang (``stacks``), its environment (``environ``), which modules
-it can import (``modules``); and the reaper (``reaper``), the process that
+it can import (``modules``), how busy the machine is and how far the suite's
+own waits stretch with it (``load``), simulated nodes in network namespaces
+behind a private bridge (``nodes``); and the reaper (``reaper``), the process that
 ends what a dying test run leaves behind (it runs as ``python -m``, so it
 lives where no ``__init__.py`` imports it before runpy does).
 
