@@ -85,20 +85,16 @@ def _in_a_temporary_folder_of_its_own(argv: list[str], keep: bool) -> int:
     base folder, a cache torch makes when a backend imports vLLM) goes with it,
     so a run leaves the machine's temporary folder as it found it. Each test's
     folder lies inside it. Kept with ``--harness-keep-leftovers``."""
-    import os
     import shutil
     import tempfile
 
+    from harness.system.environ import environ
+
     folder = tempfile.mkdtemp(prefix="harness-run-")
-    previous = os.environ.get("TMPDIR")
-    os.environ["TMPDIR"] = folder
     try:
-        return run_pytest(argv)
+        with environ({"TMPDIR": folder}):
+            return run_pytest(argv)
     finally:
-        if previous is None:
-            del os.environ["TMPDIR"]
-        else:
-            os.environ["TMPDIR"] = previous
         if keep:
             print(f"harness: the run's temporary folder is kept: {folder}", file=sys.stderr)
         else:
