@@ -134,14 +134,13 @@ def run_pytest(argv: list[str]) -> int:
 
 def _own_group_dying_with_parent() -> None:
     """In the child, before exec: a process group of its own, and SIGINT when its parent dies."""
-    import ctypes
     import os
     import signal
 
+    from harness.system.parent_death import signal_on_parent_death
+
     os.setpgid(0, 0)
-    pr_set_pdeathsig = 1
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGINT), 0, 0, 0)
+    signal_on_parent_death(signal.SIGINT)
 
 
 def _positive_int(text: str) -> int:

@@ -30,7 +30,6 @@ for a dozen commands run once per cluster.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import ipaddress
 import os
 import shutil
@@ -40,6 +39,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.system.parent_death import signal_on_parent_death
+
 __all__ = ["NODE_SUBNET", "Node", "Nodes", "unavailable_reason"]
 
 #: The simulated nodes' subnet. Any would do: the world namespace has no link to
@@ -47,7 +48,6 @@ __all__ = ["NODE_SUBNET", "Node", "Nodes", "unavailable_reason"]
 NODE_SUBNET = ipaddress.ip_network("10.213.0.0/24")
 #: The world's own address on the bridge (where the caller runs).
 _WORLD_HOST = 254
-_PR_SET_PDEATHSIG = 1
 _REAPED_S = 10.0
 
 
@@ -63,8 +63,7 @@ def unavailable_reason() -> str | None:
 
 def _dies_with_parent() -> None:
     """In a child before exec: SIGKILL when the process that started it dies."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    signal_on_parent_death()
 
 
 def _net_ns(pid: int) -> int:

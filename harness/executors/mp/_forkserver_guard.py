@@ -12,18 +12,14 @@ along.
 
 from __future__ import annotations
 
-import ctypes
 import os
-import signal
 
-_PR_SET_PDEATHSIG = 1
+from harness.system.parent_death import signal_on_parent_death
 
 
 def _die_with_the_caller() -> None:
     parent = os.getppid()
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-    except (OSError, AttributeError):
+    if not signal_on_parent_death():
         return
     if os.getppid() != parent:  # the caller died before the signal was armed
         os._exit(0)

@@ -35,6 +35,7 @@ from typing import Any, NamedTuple
 
 from harness.executors.futures import Reply
 from harness.executors.mp.shm import RingHandle, RingReader, RingWriter
+from harness.system.parent_death import signal_on_parent_death
 from harness.system.stacks import register_from_env as register_stacks_from_env
 
 __all__ = [
@@ -229,9 +230,6 @@ def _rebuild_store_file(dup: Any) -> StoreFile:
     return StoreFile(dup.detach())
 
 
-_PR_SET_PDEATHSIG = 1
-
-
 def die_with_parent(expected_parent: int | None, death_fd: int, by_kernel: bool) -> None:
     """With ``by_kernel``, have the kernel SIGKILL this process when its parent
     dies: no thread of ours needs to run for it, so it holds even in native
@@ -241,15 +239,8 @@ def die_with_parent(expected_parent: int | None, death_fd: int, by_kernel: bool)
     that: exit if the parent is no longer ``expected_parent`` (None: not
     known, as under a fork server) or the death pipe already says the caller
     is gone. Linux only; elsewhere the death pipe alone remains."""
-    if by_kernel and sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        except (OSError, AttributeError):
-            pass  # no prctl: the death pipe's thread still ends the worker
+    if by_kernel:
+        signal_on_parent_death()  # where it cannot be armed, the death pipe's thread still ends the worker
     if expected_parent is not None and os.getppid() != expected_parent:
         os._exit(0)
     probe = selectors.DefaultSelector()
