@@ -157,6 +157,42 @@ def wait_while_progressing(
             seen, last_change = value, time.monotonic()
 
 
+#: How long a wait on progress (``bounded_while_progressing``) goes on with none,
+#: before the load's stretch: a correct backend makes some within it on a quiet machine.
+STALL_S = 15.0
+
+
+def bounded_while_progressing(
+    fn: Callable[[], T], progress: Callable[[], object], stall_s: float, limit_s: float, what: str
+) -> T:
+    """``bounded``, waited for while ``progress()`` keeps changing: fails the test
+    once it stood still for ``stall_s`` s, or after ``limit_s`` s in all, naming
+    where it stood. A backend that stops is told in seconds; a slow one on a busy
+    machine keeps going."""
+    __tracebackhide__ = True
+    box: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            box.append((True, fn()))
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+            box.append((False, exc))
+
+    thread = threading.Thread(target=run, name=f"harness-watchdog: {what}"[:60], daemon=True)
+    start = time.monotonic()
+    thread.start()
+    wait_while_progressing(lambda: bool(box), progress, stall_s, limit_s)
+    if not box:
+        raise AssertionError(
+            f"{what} did not return within {time.monotonic() - start:.0f} s: it stood at {progress()!r}, "
+            f"with no progress for {stall_s:.0f} s (or {limit_s:.0f} s in all)"
+        )
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return value  # type: ignore[no-any-return]
+
+
 def process_gone(pid: int) -> bool:
     """True once ``pid`` has exited (a zombie counts as exited but not reaped)."""
     try:

@@ -12,8 +12,10 @@ import pytest
 
 from harness.conformance import _work_in_flight, probes
 from harness.conformance._checks import (
+    STALL_S,
     blocked_by,
     bounded,
+    bounded_while_progressing,
     expect_equal,
     is_one_future,
     not_applicable,
@@ -21,6 +23,7 @@ from harness.conformance._checks import (
     result_of,
     token,
 )
+from harness.system.load import load_scale
 
 #: What SPEC.md's C4 calls ``TimeoutError`` (the same class from Python 3.11 on).
 _TIMEOUT_ERRORS = (TimeoutError, concurrent.futures.TimeoutError)
@@ -236,18 +239,30 @@ def test_c5_hundreds_of_calls_in_flight_all_complete(executor: Any, world_size: 
     # reply channel, which must not deadlock the requests behind them.
     n = 300
     blob = b"r" * 20_000
+    futures: list[Any] = []
 
-    def put_in_flight() -> list[Any]:
-        return [
-            one_future(executor.collective_rpc(probes.echo_value, args=((i, blob),), non_block=True), "non_block=True")
-            for i in range(n)
-        ]
+    def put_in_flight() -> None:
+        for i in range(n):
+            fut = executor.collective_rpc(probes.echo_value, args=((i, blob),), non_block=True)
+            futures.append(one_future(fut, "non_block=True"))
 
+    # The suite's own waits, on progress (calls put in flight, then futures
+    # done), stretched with the load: a backend that stops is told in seconds.
+    scale = load_scale()
+    stall_s, limit_s = STALL_S * scale, 120 * scale
     # Bounded too: a backend that makes a new call wait for a reply the caller
     # has not read yet deadlocks here, at the call, not at a result().
-    futures = bounded(put_in_flight, 60, f"putting {n} calls in flight, none of their replies read yet")
+    bounded_while_progressing(
+        put_in_flight, lambda: f"{len(futures)} of {n} in flight", stall_s, limit_s,
+        f"putting {n} calls in flight, none of their replies read yet",
+    )  # fmt: skip
+    bounded_while_progressing(
+        futures[-1].result, lambda: f"{sum(f.done() for f in futures)} of {n} done", stall_s, limit_s,
+        f"future {n - 1} of {n}: result()",
+    )  # fmt: skip
     for i in reversed(range(n)):
-        expect_equal(result_of(futures[i], 120, f"future {i} of {n}"), [(i, blob)] * world_size, f"future {i} of {n}")
+        what = f"future {i} of {n}"
+        expect_equal(result_of(futures[i], _WAIT_S, what), [(i, blob)] * world_size, what)
 
 
 class _Callbacks:

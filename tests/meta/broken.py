@@ -1195,7 +1195,28 @@ narrowed_to_one_rank = NarrowedToOneRank
 silent_after_timeout = SilentAfterTimeout
 renamed_gloo = RenamedGloo
 thread_completed_futures = ThreadCompletedFutures
+
+
+class SecondCallerHangs(_Wrapper):
+    """C24: a blocking call from a thread other than the first caller's waits for
+    good (a lock taken and never given back): the suite's callers stall."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        self._first: int | None = None
+        self._never = threading.Event()
+
+    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
+        me = threading.get_ident()
+        if self._first is None:
+            self._first = me
+        if me != self._first and not kw.get("non_block"):
+            self._never.wait()
+        return super().collective_rpc(*a, **kw)
+
+
 shared_reply_slot = SharedReplySlot
+second_caller_hangs = SecondCallerHangs
 frozen_workers = FrozenWorkers
 
 

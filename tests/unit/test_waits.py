@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from harness.conformance._checks import wait_while_progressing
+from harness.conformance._checks import bounded_while_progressing, wait_while_progressing
 from harness.system import load
 
 
@@ -41,3 +41,36 @@ def test_a_wait_that_keeps_progressing_still_ends_at_its_limit() -> None:
 @pytest.mark.parametrize(("load_per_cpu", "scale"), [(0.2, 1.0), (1.0, 1.0), (2.5, 2.5), (6.0, 6.0), (40.0, 6.0)])
 def test_the_suite_s_own_waits_scale_with_the_load_per_cpu_at_most_six_times(load_per_cpu: float, scale: float) -> None:
     assert load.load_scale(load_per_cpu) == scale
+
+
+def test_a_call_that_keeps_making_progress_returns_its_result_past_the_stall_bound() -> None:
+    steps: list[int] = []
+
+    def slow_but_steady() -> str:
+        for i in range(8):
+            time.sleep(0.1)
+            steps.append(i)
+        return "done"
+
+    assert bounded_while_progressing(slow_but_steady, lambda: len(steps), 0.3, 10, "the call") == "done"
+
+
+def test_a_call_that_stops_fails_after_the_stall_bound_naming_where_it_stood() -> None:
+    steps: list[int] = []
+
+    def stops_after_three() -> None:
+        steps.extend(range(3))
+        time.sleep(30)
+
+    start = time.monotonic()
+    with pytest.raises(AssertionError, match=r"the call did not return within \d+ s: it stood at '3 of 300'"):
+        bounded_while_progressing(stops_after_three, lambda: f"{len(steps)} of 300", 0.3, 10, "the call")
+    assert time.monotonic() - start < 3
+
+
+def test_a_call_that_raises_raises_in_the_test() -> None:
+    def fails() -> None:
+        raise ValueError("rank 1: bad")
+
+    with pytest.raises(ValueError, match="rank 1: bad"):
+        bounded_while_progressing(fails, lambda: 0, 0.3, 10, "the call")
