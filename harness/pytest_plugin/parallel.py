@@ -97,9 +97,7 @@ def run_side_by_side(
 FIRST_CLAUSE = "C1"
 
 
-def _first_tests_first(
-    items: list[pytest.Item], variant: Callable[[pytest.Item], str | None]
-) -> list[pytest.Item]:
+def _first_tests_first(items: list[pytest.Item], variant: Callable[[pytest.Item], str | None]) -> list[pytest.Item]:
     """``items``, with each variant's first C1 test moved to where its first test was."""
     out = list(items)
     first_at: dict[str, int] = {}

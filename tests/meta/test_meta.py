@@ -113,30 +113,65 @@ def conform(backend: str, k: str, tmp_path: Path, timeout: str = "120") -> tuple
     return code, report
 
 
-#: How many conform runs go at once: they mostly wait (timeouts, deaths, shutdown
-#: bounds), and each runs its tests in processes of their own.
+#: How many conform runs of broken backends go at once: they mostly wait
+#: (timeouts, deaths, shutdown bounds), and each runs its tests side by side.
 PARALLEL = int(os.environ.get("HARNESS_META_PARALLEL") or 4)
 _REFERENCE = -1
 #: Tests whose cases take longest (a killed caller's 10 s, shutdown bounds, 200
-#: calls, a timed-out wait): their runs start first, so that no long one starts
-#: last while the others are done (the module's runs took 490 s by index and 456 s
-#: so ordered, on 2 cores, by their own durations in one run).
+#: calls, a timed-out wait): they are dealt out first, one to each run, so that
+#: no run ends long after the others.
 _SLOW_FIRST = ("c13_", "c4_a_wait", "c5_hundreds", "c9_")
 
 
-def _start_order(i: int) -> tuple[bool, bool, int]:
-    """The reference run (every case's tests) first, then the slow cases, then the rest."""
-    if i == _REFERENCE:
-        return False, False, i
-    return True, not any(slow in CASES[i][2] for slow in _SLOW_FIRST), i
+def _start_order(i: int) -> tuple[bool, int]:
+    """The slow cases first, then the rest."""
+    return not any(slow in CASES[i][2] for slow in _SLOW_FIRST), i
+
+
+def _prefix(factory: str) -> str:
+    return f"tests.meta.broken:{factory}"
+
+
+def batches(cases: Sequence[int], runs: int) -> list[list[int]]:
+    """``cases`` dealt out to ``runs`` conform runs, slow ones first, each to the
+    shortest run; a factory at most once in a run (a run more where it is in all), so that each of its columns holds
+    exactly the tests of one case. One run of many backends starts pytest, torch
+    and the suite's collection once, not once per case (about 4 s of CPU each,
+    for some 80 cases, on 2 cores)."""
+    out: list[list[int]] = [[] for _ in range(runs)]
+    for i in sorted(cases, key=_start_order):
+        fits = [b for b in out if all(CASES[j][0] != CASES[i][0] for j in b)]
+        if not fits:  # the factory is in every run already: one run more
+            out.append([])
+            fits = [out[-1]]
+        min(fits, key=len).append(i)
+    return [b for b in out if b]
+
+
+def _batch_k(batch: Sequence[int]) -> str:
+    """Each case's tests, on its own backend alone: its column's id in the test
+    id is ``<backend>-ws2-<start method>``, which no other backend's contains."""
+    return " or ".join(f"({_prefix(CASES[i][0])}-ws2 and ({CASES[i][2]}))" for i in batch)
+
+
+def _own_columns(report: dict[str, object], factory: str) -> dict[str, object]:
+    """The part of a run's report that is ``factory``'s: its columns alone."""
+    own = f"{_prefix(factory)} "
+    clauses = report["clauses"]  # type: ignore[index]
+    return {
+        "clauses": {
+            c: {col: cell for col, cell in cells.items() if col.startswith(own)} for c, cells in clauses.items()
+        },  # type: ignore[attr-defined]
+        "failed": [f for f in report["failed"] if f"[{own}" in str(f)],  # type: ignore[attr-defined]
+    }
 
 
 @pytest.fixture(scope="module")
 def case_reports(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[int, tuple[int, dict[str, object]] | BaseException]:
-    """The conform runs of the selected cases (and of the reference backend on all
-    their tests), side by side."""
+    """The conform runs of the selected cases (batched, several backends a run)
+    and of the reference backend on all their tests, side by side."""
     wanted = set()
     for item in request.session.items:
         if getattr(item, "module", None) is not request.module:
@@ -147,21 +182,26 @@ def case_reports(
         elif name == "test_the_reference_backend_passes_the_same_checks":
             wanted.add(_REFERENCE)
 
-    def run(i: int) -> tuple[int, tuple[int, dict[str, object]] | BaseException]:
-        folder = tmp_path_factory.mktemp(f"case{i}")
+    def run(batch: list[int]) -> dict[int, tuple[int, dict[str, object]] | BaseException]:
+        folder = tmp_path_factory.mktemp("run")
         try:
-            if i == _REFERENCE:
-                return i, conform("mp", " or ".join(f"({k})" for _, _, k in CASES), folder)
-            factory, _, k = CASES[i]
-            return i, conform(f"tests.meta.broken:{factory}", k, folder)
-        except BaseException as exc:  # noqa: BLE001 - the case's own test reports it
-            return i, exc
+            if batch == [_REFERENCE]:
+                return {_REFERENCE: conform("mp", " or ".join(f"({k})" for _, _, k in CASES), folder)}
+            backends = ",".join(_prefix(CASES[i][0]) for i in batch)
+            code, report = conform(backends, _batch_k(batch), folder)
+            return {i: (code, _own_columns(report, CASES[i][0])) for i in batch}
+        except BaseException as exc:  # noqa: BLE001 - the cases' own tests report it
+            return dict.fromkeys(batch, exc)
 
     # Once, here: threads that each found no base folder yet would each make
     # one, and a green run removes only the one pytest kept.
     tmp_path_factory.getbasetemp()
-    with concurrent.futures.ThreadPoolExecutor(PARALLEL) as pool:
-        return dict(pool.map(run, sorted(wanted, key=_start_order)))
+    runs = ([[_REFERENCE]] if _REFERENCE in wanted else []) + batches(sorted(wanted - {_REFERENCE}), PARALLEL)
+    reports: dict[int, tuple[int, dict[str, object]] | BaseException] = {}
+    with concurrent.futures.ThreadPoolExecutor(len(runs) or 1) as pool:
+        for part in pool.map(run, runs):
+            reports.update(part)
+    return reports
 
 
 def _case(reports: dict[int, tuple[int, dict[str, object]] | BaseException], i: int) -> tuple[int, dict[str, object]]:
@@ -181,6 +221,21 @@ def test_the_suite_fails_a_backend_that_breaks_the_clause(
     outcomes = {col: cell["outcome"] for col, cell in report["clauses"][clause].items()}  # type: ignore[index]
     assert code != 0, f"conform exited 0 for a backend that breaks {clause}"
     assert "FAIL" in outcomes.values(), f"{clause} is {outcomes} for {factory}, expected FAIL"
+
+
+def test_the_cases_are_dealt_out_once_each_and_no_run_holds_a_factory_twice() -> None:
+    """A run's column of a factory must hold one case's tests alone: a case whose
+    bug went unseen must not borrow another case's FAIL."""
+    for runs in (1, 4, 200):
+        dealt = batches(range(len(CASES)), runs)
+        assert sorted(i for b in dealt for i in b) == list(range(len(CASES)))
+        for b in dealt:
+            factories = [CASES[i][0] for i in b]
+            assert len(factories) == len(set(factories)), f"a factory twice in one run: {factories}"
+    assert _own_columns(
+        {"clauses": {"C11": {"tests.meta.broken:exit_keeps_running_when_the_body_raises ws2 cpu": {}}}, "failed": []},
+        "exit_keeps_running",
+    )["clauses"] == {"C11": {}}
 
 
 @pytest.mark.timeout(3600)
@@ -327,6 +382,8 @@ HANGS = [
         "c9_shutdown_from_another_thread",
         "hung in native code did not return within 30 s",
     ),
+    # Waited for while calls complete: callers that stall are told about 15 s after the last one.
+    ("second_caller_hangs", "C24", "c24_blocking", "calls returned or completed (waited while calls completed"),
 ]
 
 
