@@ -40,6 +40,7 @@ import pytest
 
 from harness.backends import BUILTIN_BACKENDS, LoadedBackend, module_installed
 from harness.conformance._checks import bounded
+from harness.conformance.sample import SAMPLE
 from harness.contract import CLAUSES, Executor, ExecutorConfig
 from harness.pytest_plugin import residue as _residue
 from harness.pytest_plugin.expected import leak_key, mark_known_failures
@@ -393,6 +394,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                     item.stash[_gpus_missing_key] = f"{reason}, and --require-gpus {opts.require_gpus} demands them"
                 else:
                     item.add_marker(pytest.mark.skip(reason=reason))
+    if opts.sample:
+        # After tagging: the matrix shows what the sample left out as not run, filtered out.
+        dropped = [i for i in items if not _in_sample(i, opts)]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = [i for i in items if _in_sample(i, opts)]
+
+
+def _in_sample(item: pytest.Item, opts: Options) -> bool:
+    """False for a test that --harness-sample leaves out: a variant it names, and
+    a test of none of the sample's names (as ``-k`` reads them)."""
+    variant = variant_of(item)
+    if not isinstance(variant, Variant) or not opts.samples(variant):
+        return True
+    name = item.name.lower()
+    return any(part.lower() in name for part in SAMPLE)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -41,6 +41,11 @@ HELP_BACKEND_WORLD_SIZES = (
     "'ray=2,4; mp=1,2; mp/fork=2' (ini only); used when no world size is given on the command line "
     "or in HARNESS_WORLD_SIZE"
 )
+HELP_SAMPLE = (
+    "backends, or a backend with one start method, that run one test of every clause "
+    "(harness/conformance/sample.py) instead of every test, e.g. 'mp/spawn,mp/forkserver' "
+    "(for a short run: the others run in full)"
+)
 HELP_START_METHOD = (
     "start methods to run, comma-separated, each at every world size (default: every one a backend "
     "supports: its first at every world size, the others at one, 2 where selected)"
@@ -102,6 +107,15 @@ class Options:
     start_methods_explicit: bool = True
     seed: int = 0  # of the tensor-parallel checks' random weights and inputs
     expected_failures: tuple[str, str] | None = None  # (path, where it came from)
+    #: --harness-sample: "backend" or "backend/start method" selectors whose
+    #: variants run the sample only, and where the value came from.
+    sample: list[str] = field(default_factory=list)
+    sample_where: str = "the default"
+
+    def samples(self, variant: Variant) -> bool:
+        """Whether ``variant`` runs the sample alone (--harness-sample)."""
+        name = variant.backend.name
+        return name in self.sample or f"{name}/{variant.start_method}" in self.sample
 
     def world_sizes_of(
         self, backend: str, start_method: str | None = None, loaded: LoadedBackend | None = None
@@ -159,6 +173,7 @@ _OPTIONS = (
     ("--harness-require-gpus", "--require-gpus", "harness_require_gpus", HELP_REQUIRE_GPUS),
     ("--harness-seed", "--seed", "harness_seed", HELP_SEED),
     ("--harness-expected-failures", "--expected-failures", "harness_expected_failures", HELP_EXPECTED),
+    ("--harness-sample", None, "harness_sample", HELP_SAMPLE),
     ("--harness-report-json", "--report-json", "harness_report_json", "write the clause matrix as JSON to this path"),
     ("--harness-report-md", "--report-md", "harness_report_md", "write the clause matrix as Markdown to this path"),
 )
@@ -183,6 +198,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("harness_start_methods", HELP_START_METHOD, default="")
     parser.addini("harness_timeout", HELP_TIMEOUT, default="")
     parser.addini("harness_jobs", HELP_JOBS, default="")
+    parser.addini("harness_sample", HELP_SAMPLE, default="")
 
 
 def add_short_forms(parser: pytest.Parser) -> list[str]:
@@ -272,6 +288,20 @@ def parse_options(config: pytest.Config) -> Options:
         raise pytest.UsageError(f"Invalid seed {seed_text!r} from {seed_where}: expected an integer >= 0")
     jobs_text, jobs_where = _setting(config, "harness_jobs", "HARNESS_JOBS", "harness_jobs", "auto")
     jobs = _jobs(jobs_text, jobs_where)
+    sample_text, sample_where = _setting(config, "harness_sample", "HARNESS_SAMPLE", "harness_sample", "")
+    sample = _split(sample_text)
+    for selector in sample:
+        backend, slash, method = selector.partition("/")
+        if not backend or (slash and method not in START_METHODS):
+            raise pytest.UsageError(
+                f"Invalid sample selector {selector!r} from {sample_where}: expected a backend, "
+                f"or a backend/start method with a start method of {START_METHODS}"
+            )
+        if backend not in _split(backends):
+            raise pytest.UsageError(
+                f"Invalid sample selector {selector!r} from {sample_where}: {backend!r} is not a backend "
+                f"of this run ({backends or 'none'}, from {backends_where})"
+            )
     isolate_text = (config.getoption("harness_isolate") or "yes").lower()
     if isolate_text not in ("yes", "no"):
         raise pytest.UsageError(f"Invalid --isolate {isolate_text!r} from the command line: expected yes or no")
@@ -292,6 +322,8 @@ def parse_options(config: pytest.Config) -> Options:
         start_methods_explicit=sm_where != "the default",
         seed=int(seed_text),
         expected_failures=_expected_failures(config),
+        sample=sample,
+        sample_where=sample_where,
     )
 
 

@@ -198,7 +198,7 @@ class ClauseMatrix:
                     who = tests[0] if len(tests) == 1 else f"{len(tests)} tests"
                     out.append(f"{clause} [{col}] {outcome}: {who}{': ' + note if note else ''}")
         if filtered:
-            out.append(f"{filtered} test results not run: filtered out of this run (-k, -m)")
+            out.append(f"{filtered} test results not run: filtered out of this run (-k, -m, --harness-sample)")
         return out
 
     def render_terminal(self) -> str:

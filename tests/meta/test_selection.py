@@ -98,6 +98,44 @@ def test_clauses_are_selected_by_exact_id(pytester: pytest.Pytester) -> None:
     bad.stderr.fnmatch_lines(["ERROR: Invalid clause 'c4' from the command line: expected one of C1..C24"])
 
 
+SAMPLED_SUITE = """
+import pytest
+from harness.conformance import probes
+
+@pytest.mark.clause("C1")
+def test_c1_blocking_call_returns_the_ranks(executor, world_size):
+    assert executor.collective_rpc(probes.rank) == list(range(world_size))
+
+@pytest.mark.clause("C1")
+def test_c1_not_in_the_sample(executor, world_size):
+    assert executor.collective_rpc(probes.rank) == list(range(world_size))
+"""
+
+
+def test_a_sampled_variant_runs_one_test_of_each_clause_and_the_others_run_every_test(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(factories=FACTORIES, test_a=SAMPLED_SUITE)
+    args = ("--harness-backend", "factories:fine", "--harness-world-size", "1", "-p", "no:cacheprovider", "-v")
+    result = pytester.runpytest_subprocess(
+        *args, "--harness-start-method", "fork,spawn", "--harness-sample", "factories:fine/spawn"
+    )
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines_random(
+        [
+            "*test_c1_blocking_call_returns_the_ranks?factories:fine-ws1-fork? PASSED*",
+            "*test_c1_not_in_the_sample?factories:fine-ws1-fork? PASSED*",
+            "*test_c1_blocking_call_returns_the_ranks?factories:fine-ws1-spawn? PASSED*",
+            "*1 test results not run: filtered out of this run (-k, -m, --harness-sample)*",
+        ]
+    )
+    result.stdout.no_fnmatch_line("*test_c1_not_in_the_sample?factories:fine-ws1-spawn? PASSED*")
+    bad = pytester.runpytest_subprocess(*args, "--harness-sample", "factories:fine/thread")
+    bad.stderr.fnmatch_lines(["ERROR: Invalid sample selector 'factories:fine/thread' from the command line: *"])
+    other = pytester.runpytest_subprocess(*args, "--harness-sample", "mp")
+    other.stderr.fnmatch_lines(["ERROR: Invalid sample selector 'mp' from the command line: 'mp' is not a backend*"])
+
+
 def test_a_projects_own_backend_option_keeps_working(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(
         """
