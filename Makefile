@@ -57,6 +57,12 @@ $(VLLM_STAMP): pyproject.toml Makefile
 
 install-vllm: $(VLLM_STAMP)
 
+## A command run with TMPDIR a temporary folder of its own, removed after it
+## (keeping its exit status): vLLM's torch.compile writes its caches to
+## /tmp/torchinductor_<user>, and a plain pytest run of tests/vllm would leave
+## them (harness conform gives its runs such a folder itself).
+in_own_tmpdir = t=$$(mktemp -d) && TMPDIR=$$t $(1); rc=$$?; rm -rf "$$t"; exit $$rc
+
 ## The suite against vLLM's executors, their known failures in force
 ## (harness/executors/vllm/vllm_known_failures.txt), then vLLM's TP=2 tokens against TP=1.
 ## In make test (and so in CI): one test of every clause (conform --sample). Every
@@ -70,7 +76,7 @@ test-vllm: $(VLLM_STAMP)
 	    --report-json $(VLLM_REPORTS)/vllm-mp.json --report-md $(VLLM_REPORTS)/vllm-mp.md
 	$(VLLM_CONFORM) $(VLLM_SCOPE) --backend vllm-uni --world-size 1 \
 	    --report-json $(VLLM_REPORTS)/vllm-uni.json --report-md $(VLLM_REPORTS)/vllm-uni.md
-	$(VBIN)/python -m pytest -p no:cacheprovider tests/vllm -m "not gpu"
+	$(call in_own_tmpdir,$(VBIN)/python -m pytest -p no:cacheprovider tests/vllm -m "not gpu")
 
 test-vllm-full:
 	$(MAKE) test-vllm VLLM_SCOPE=
@@ -90,7 +96,7 @@ vllm-report: test-vllm-full
 gpu-test-vllm: $(VLLM_STAMP)
 	$(VBIN)/python -m pytest -m gpu --backend vllm-mp,vllm-uni,vllm-ray \
 	    $(if $(GPUS),--require-gpus $(GPUS) --world-size $(GPU_WORLD_SIZES))
-	$(VBIN)/python -m pytest -p no:cacheprovider tests/vllm -m gpu $(if $(GPUS),--require-gpus $(GPUS))
+	$(call in_own_tmpdir,$(VBIN)/python -m pytest -p no:cacheprovider tests/vllm -m gpu $(if $(GPUS),--require-gpus $(GPUS)))
 
 ## The main job: the conformance suite against the built-in backends, with the clause matrix.
 conform: $(STAMP)
