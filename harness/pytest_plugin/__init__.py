@@ -301,9 +301,23 @@ def executor(
         seen["proven_by"] = _residue.proven_for(harness_variant.id, seen["residue"])
         return seen["proven_by"] is not None
 
-    problems, again = leaks.lasting_leaks(
-        before, lambda: backend.factory(executor_config).shutdown(), known_residue=known_residue
-    )
+    def known_leak() -> bool:
+        seen["leaked_as_in"] = _residue.proven_for(harness_variant.id, seen.get("residue"), _residue.LEAKED)
+        return seen["leaked_as_in"] is not None
+
+    def second_start() -> None:
+        seen["second_start"] = leaks.snapshot()
+        backend.factory(executor_config).shutdown()
+
+    problems, again = leaks.lasting_leaks(before, second_start, known_residue=known_residue, known_leak=known_leak)
+    if again and "second_start" in seen:
+        # What this second start left again, every start leaves: the run's later
+        # tests of this variant that leave no more skip their second start.
+        leaked = _residue.residue_since(seen["second_start"])
+        if leaked is not None:
+            request.node.user_properties.append(("harness_leaked", leaked.to_json()))
+    elif again:
+        again = [f"{p} (as the second start after {seen['leaked_as_in']} showed)" for p in again]
     listed = request.node.stash.get(leak_key, None)
     if problems and not again:
         proof = seen.get("proven_by")

@@ -125,6 +125,9 @@ class MatrixCollector:
         if "harness_residue" in props:
             # A second start proved these leftovers the process's: the tests forked from now on may reuse it.
             _residue.remember(str(props["harness_variant"]), str(props["harness_residue"]), test)
+        if "harness_leaked" in props:
+            # A second start left these again: the tests forked from now on that leave no more need none.
+            _residue.remember(str(props["harness_variant"]), str(props["harness_leaked"]), test, _residue.LEAKED)
         self.saw_backend_tests = True
         self._dirty = False
         if REMOVED_PROPERTY in props:

@@ -382,6 +382,7 @@ def lasting_leaks(
     start_and_stop: Callable[[], object],
     timeout: float = 10.0,
     known_residue: Callable[[], bool] | None = None,
+    known_leak: Callable[[], bool] | None = None,
 ) -> tuple[list[str], list[str]]:
     """What was left since ``before`` (descriptors aside), and what of it is the executor's own.
 
@@ -392,12 +393,16 @@ def lasting_leaks(
     first left, what the second left): the second list empty means the first's
     leftovers are the process's, not a leak. ``known_residue()``, asked before
     the second start, may answer that an earlier check proved such leftovers
-    the process's (``harness.pytest_plugin.residue``): then there is no second start."""
+    the process's (``harness.pytest_plugin.residue``): then there is no second start.
+    ``known_leak()``, asked next, may answer that an earlier second start left
+    such leftovers again: then they are the executor's, with no second start either."""
     problems = wait_clean(before, timeout=timeout, fd_slack=None)
     if not problems:
         return [], []
     if known_residue is not None and known_residue():
         return problems, []
+    if known_leak is not None and known_leak():
+        return problems, problems
     first_start = baseline()
     start_and_stop()
     return problems, wait_clean(first_start, timeout=timeout, fd_slack=None)

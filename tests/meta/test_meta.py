@@ -302,6 +302,19 @@ def test_leftovers_a_second_start_proved_the_processs_get_no_second_start_again(
     assert code == 0 and not report["failed"], report["failed"]
 
 
+@pytest.mark.timeout(600)
+def test_leftovers_a_second_start_left_again_are_a_leak_with_no_second_start_again(tmp_path: Path) -> None:
+    # One test at a time: the first test's second start leaves the socket files
+    # again (a leak, every start); the tests after it that leave no more reuse that.
+    extra = ("--jobs", "1")
+    code, report, _ = _conform_output("tests.meta.broken:leaves_a_socket_file", 2, "c1_ or c3_", tmp_path, extra=extra)
+    notes = [t["note"] for cell in report["clauses"]["C9"].values() for t in cell["tests"] if t["outcome"] == "FAIL"]  # type: ignore[index]
+    reused = [n for n in notes if "(as the second start after test_" in n]
+    assert len(notes) >= 3 and len(notes) - len(reused) == 1, notes
+    assert all("files left in the temporary folder" in n for n in notes), notes
+    assert code != 0
+
+
 @pytest.mark.timeout(900)
 def test_a_future_without_result_timeout_fails_c4_alone(tmp_path: Path) -> None:
     code, report = conform("tests.meta.broken:rejects_result_timeout", "c4_ or c5_ or c18_ or c19_ or c21_", tmp_path)
