@@ -134,6 +134,11 @@ def test_a_sampled_variant_runs_one_test_of_each_clause_and_the_others_run_every
     bad.stderr.fnmatch_lines(["ERROR: Invalid sample selector 'factories:fine/thread' from the command line: *"])
     other = pytester.runpytest_subprocess(*args, "--harness-sample", "mp")
     other.stderr.fnmatch_lines(["ERROR: Invalid sample selector 'mp' from the command line: 'mp' is not a backend*"])
+    # A project's ini may name backends a run does not have (this project's does: mp's):
+    # they are not this run's, and every test runs.
+    pytester.makeini("[pytest]\nharness_sample = mp/spawn\n")
+    project = pytester.runpytest_subprocess(*args, "--harness-start-method", "spawn")
+    project.assert_outcomes(passed=2)
 
 
 def test_a_projects_own_backend_option_keeps_working(pytester: pytest.Pytester) -> None:
