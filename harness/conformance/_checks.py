@@ -40,11 +40,11 @@ def blocked_by(clause: str, reason: str) -> NoReturn:
     pytest.skip(f"{BLOCKED_BY}{clause}] {reason}")
 
 
-def bounded(fn: Callable[[], T], seconds: float, what: str) -> T:
-    """``fn()``, run on a watchdog thread: its result, or its exception re-raised
-    here; fails the test if it has not returned within ``seconds``. The hung
-    thread is a daemon, left behind: the test process is the suite's own and ends."""
-    __tracebackhide__ = True
+def _watched(
+    fn: Callable[[], T], what: str, wait: Callable[[threading.Thread, list[tuple[bool, Any]]], object]
+) -> list[tuple[bool, Any]]:
+    """``fn()`` on a daemon watchdog thread, waited for by ``wait(thread, box)``; the box
+    holds (True, its result) or (False, its exception) once it returned, else nothing."""
     box: list[tuple[bool, Any]] = []
 
     def run() -> None:
@@ -55,13 +55,26 @@ def bounded(fn: Callable[[], T], seconds: float, what: str) -> T:
 
     thread = threading.Thread(target=run, name=f"harness-watchdog: {what}"[:60], daemon=True)
     thread.start()
-    thread.join(seconds)
-    if not box:
-        raise AssertionError(f"{what} did not return within {seconds:g} s")
+    wait(thread, box)
+    return box
+
+
+def _outcome(box: list[tuple[bool, Any]]) -> Any:
     ok, value = box[0]
     if not ok:
         raise value
-    return value  # type: ignore[no-any-return]
+    return value
+
+
+def bounded(fn: Callable[[], T], seconds: float, what: str) -> T:
+    """``fn()``, run on a watchdog thread: its result, or its exception re-raised
+    here; fails the test if it has not returned within ``seconds``. The hung
+    thread is a daemon, left behind: the test process is the suite's own and ends."""
+    __tracebackhide__ = True
+    box = _watched(fn, what, lambda thread, _: thread.join(seconds))
+    if not box:
+        raise AssertionError(f"{what} did not return within {seconds:g} s")
+    return _outcome(box)  # type: ignore[no-any-return]
 
 
 def is_one_future(obj: Any) -> bool:
@@ -170,27 +183,14 @@ def bounded_while_progressing(
     where it stood. A backend that stops is told in seconds; a slow one on a busy
     machine keeps going."""
     __tracebackhide__ = True
-    box: list[tuple[bool, Any]] = []
-
-    def run() -> None:
-        try:
-            box.append((True, fn()))
-        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
-            box.append((False, exc))
-
-    thread = threading.Thread(target=run, name=f"harness-watchdog: {what}"[:60], daemon=True)
     start = time.monotonic()
-    thread.start()
-    wait_while_progressing(lambda: bool(box), progress, stall_s, limit_s)
+    box = _watched(fn, what, lambda _, box: wait_while_progressing(lambda: bool(box), progress, stall_s, limit_s))
     if not box:
         raise AssertionError(
             f"{what} did not return within {time.monotonic() - start:.0f} s: it stood at {progress()!r}, "
             f"with no progress for {stall_s:.0f} s (or {limit_s:.0f} s in all)"
         )
-    ok, value = box[0]
-    if not ok:
-        raise value
-    return value  # type: ignore[no-any-return]
+    return _outcome(box)  # type: ignore[no-any-return]
 
 
 def process_gone(pid: int) -> bool:
