@@ -1,30 +1,38 @@
-"""Simulated nodes on one machine: network namespaces behind a private bridge.
+"""Simulated nodes on one machine: namespaces behind a private bridge.
 
-The network layer of a simulated cluster. A private "world" namespace holds a
-bridge; each node is a namespace of its own (network, and mount: a private
-``/tmp`` and ``/dev/shm``, as real machines share neither) with one link to
-that bridge and an address of its own. The world has no link to the host's
-namespace, so nothing here can reach, or collide with, the host's network, and
-nothing is ever added to the host's namespace: every link is made inside the
-world, its node end created straight in the node's namespace.
+The machines of a simulated cluster. A private "world" holds a bridge; each
+node is a set of namespaces of its own (network; mount, with a private
+``/tmp`` and ``/dev/shm``, as real machines share neither; and PID) with one
+link to that bridge and an address of its own. The world has no link to the
+host's namespace, so nothing here can reach, or collide with, the host's
+network, and nothing is ever added to the host's namespace: every link is made
+inside the world, its node end created straight in the node's namespace.
 
 ::
 
-    host's namespace (untouched)
-      │  holder processes (unshare … sleep), one per namespace, dying with us
+    host's namespaces (untouched)
+      │  unshare ─► world init (PID 1 of the world)        dies with its owner
       ▼
-    world ── br0 10.213.0.254/24 ─┬─ veth ── node 0: eth0 10.213.0.1/24, lo, own /tmp, /dev/shm
-                                  ├─ veth ── node 1: eth0 10.213.0.2/24, …
-                                  └─ …
+    world: br0 10.213.0.254/24, own /dev/shm, /proc; the host's /tmp
+      ├─ veth ── node 0: eth0 10.213.0.1/24, lo, own /tmp, /dev/shm, PIDs
+      ├─ veth ── node 1: eth0 10.213.0.2/24, …
+      └─ …
 
-Every namespace is anonymous and held by one process (``unshare`` exec'ing
-``sleep``) that the kernel kills when the process that made it dies
-(``PR_SET_PDEATHSIG``): a Ctrl-C, a SIGKILL or a crash of the owner takes the
-namespaces, the bridge and the links with it, with no name left in
-``/run/netns``. Processes started inside a node (``Nodes.popen``) die with
-their owner the same way. ``ip`` (iproute2) does the links: one command per
-step, in the namespace through ``nsenter``; pyroute2 would add a dependency
-for a dozen commands run once per cluster.
+The world and every node are PID namespaces, the nodes nested in the world,
+each with an init (``_INIT``: it reaps the orphans a node's daemons leave). The
+kernel kills every process of a PID namespace when its init dies, and the
+world's init dies with the process that made the nodes (``PR_SET_PDEATHSIG``,
+through ``unshare --kill-child``): a Ctrl-C, a SIGKILL or a crash of the owner
+takes every node, every process started in one (daemons that left their
+parent included: Ray's raylets do), the namespaces, the bridge and the links
+with it, with no name left in ``/run/netns``. ``ip`` (iproute2) makes the
+links, and util-linux's ``unshare``, ``nsenter`` and ``setpriv`` the
+namespaces: one command per step; pyroute2 would add a dependency for a dozen
+commands run once per cluster, and does not make PID namespaces.
+
+Processes are started in a node, or in the world (the caller's machine), with
+:meth:`Nodes.popen` and :meth:`Nodes.run`; they see their namespace's own
+``/proc`` and PIDs. The pids this module hands out are the host's.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,13 +58,28 @@ NODE_SUBNET = ipaddress.ip_network("10.213.0.0/24")
 #: The world's own address on the bridge (where the caller runs).
 _WORLD_HOST = 254
 _REAPED_S = 10.0
+_TOOLS = ("ip", "unshare", "nsenter", "setpriv")
+# PID 1 of a namespace: reaps whatever is reparented to it, so a node whose
+# daemons died holds no zombies (which a leak check would count as processes).
+_INIT = """\
+import os, signal
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+print("ready", flush=True)
+while True:
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
+    except ChildProcessError:
+        pass
+    signal.sigtimedwait({signal.SIGCHLD}, 5)
+"""
 
 
 def unavailable_reason() -> str | None:
     """Why simulated nodes cannot be made here, or None where they can."""
     if os.geteuid() != 0:
         return "needs root for network namespaces"
-    missing = [tool for tool in ("ip", "unshare", "nsenter") if shutil.which(tool) is None]
+    missing = [tool for tool in _TOOLS if shutil.which(tool) is None]
     if missing:
         return f"needs {', '.join(missing)} (iproute2, util-linux) for network namespaces"
     return None
@@ -66,40 +90,51 @@ def _dies_with_parent() -> None:
     signal_on_parent_death()
 
 
-def _net_ns(pid: int) -> int:
-    """The inode of ``pid``'s network namespace."""
-    return os.stat(f"/proc/{pid}/ns/net").st_ino
+def _ns(pid: int, kind: str) -> int:
+    """The inode of ``pid``'s namespace of ``kind`` (net, pid, ...)."""
+    return os.stat(f"/proc/{pid}/ns/{kind}").st_ino
 
 
-def _in_namespace_of(pid: int) -> list[int]:
-    """Every process in ``pid``'s network namespace, ``pid`` included."""
+def _members(pid: int, kind: str) -> list[int]:
+    """Every process in ``pid``'s namespace of ``kind``, ``pid`` included."""
     with contextlib.suppress(OSError):
-        ns = _net_ns(pid)
+        ns = _ns(pid, kind)
         found = []
         for entry in os.listdir("/proc"):
             if entry.isdigit():
                 with contextlib.suppress(OSError):
-                    if _net_ns(int(entry)) == ns:
+                    if _ns(int(entry), kind) == ns:
                         found.append(int(entry))
         return found
     return []
 
 
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as f:
+                out += [int(c) for c in f.read().split()]
+    return out
+
+
 @dataclass
 class Node:
-    """One simulated node: its namespaces' holder process and its address."""
+    """One simulated node: the process that made it, its init (host pid) and its address."""
 
     index: int
     address: str
     holder: subprocess.Popen[bytes]
+    init: int
 
     @property
     def pid(self) -> int:
-        return self.holder.pid
+        """The host pid of the node's init: ``nsenter -t`` it to enter the node."""
+        return self.init
 
     def pids(self) -> list[int]:
-        """Every process in this node's network namespace, its holder included."""
-        return _in_namespace_of(self.pid)
+        """Every process of this node (host pids), its init included."""
+        return _members(self.init, "pid")
 
 
 @dataclass
@@ -111,6 +146,7 @@ class Nodes:
     count: int
     world: subprocess.Popen[bytes] | None = None
     nodes: list[Node] = field(default_factory=list)
+    _world_init: int = 0
     _started: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -120,11 +156,12 @@ class Nodes:
         if why:
             raise RuntimeError(f"Nodes: simulated nodes cannot be made here: {why}")
         try:
-            self.world = self._holder(private_files=False)
-            self._ip(self.world, "link", "set", "lo", "up")
-            self._ip(self.world, "link", "add", "br0", "type", "bridge")
-            self._ip(self.world, "addr", "add", f"{self.world_address}/{NODE_SUBNET.prefixlen}", "dev", "br0")
-            self._ip(self.world, "link", "set", "br0", "up")
+            # The world keeps the host's /tmp (the caller's files) but not its /dev/shm.
+            self.world, self._world_init = self._namespaces([], "/dev/shm")
+            self._ip(self._world_init, "link", "set", "lo", "up")
+            self._ip(self._world_init, "link", "add", "br0", "type", "bridge")
+            self._ip(self._world_init, "addr", "add", f"{self.world_address}/{NODE_SUBNET.prefixlen}", "dev", "br0")
+            self._ip(self._world_init, "link", "set", "br0", "up")
             for i in range(self.count):
                 self.nodes.append(self._node(i))
         except BaseException:
@@ -135,67 +172,96 @@ class Nodes:
     def world_address(self) -> str:
         return str(NODE_SUBNET[_WORLD_HOST])
 
-    def _holder(self, private_files: bool) -> subprocess.Popen[bytes]:
-        """A process in new namespaces (network; and mount with a private /tmp and
-        /dev/shm where ``private_files``) that holds them until it dies."""
-        flags = ["--net"]
-        mounts = ""
-        if private_files:
-            flags += ["--mount", "--propagation", "private"]
-            mounts = "mount -t tmpfs -o mode=1777 tmpfs /tmp && mount -t tmpfs -o mode=1777 tmpfs /dev/shm && "
-        holder = subprocess.Popen(
-            ["unshare", *flags, "sh", "-c", f"{mounts}echo ready && exec sleep infinity"],
+    @property
+    def world_pid(self) -> int:
+        """The host pid of the world's init."""
+        return self._world_init
+
+    def _namespaces(self, enter: list[str], *private: str) -> tuple[subprocess.Popen[bytes], int]:
+        """New network, mount and PID namespaces (made from inside ``enter``, an
+        ``nsenter`` prefix), a tmpfs on each of ``private``; the process that made
+        them and their init's host pid. Both die with this process."""
+        mounts = "".join(f"mount -t tmpfs -o mode=1777 tmpfs {path} && " for path in private)
+        argv = [
+            *enter,
+            "unshare",
+            "--net",
+            "--mount",
+            "--propagation",
+            "private",
+            "--pid",
+            "--kill-child=SIGKILL",
+            "--mount-proc",
+            "sh",
+            "-c",
+            f'{mounts}exec "$1" -c "$0"',
+            _INIT,
+            sys.executable,
+        ]
+        maker = subprocess.Popen(
+            argv,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             preexec_fn=_dies_with_parent,  # noqa: PLW1509 - prctl only, before exec
         )
-        assert holder.stdout is not None
-        ready = holder.stdout.readline()
+        assert maker.stdout is not None
+        ready = maker.stdout.readline()
         if ready.strip() != b"ready":
-            err = holder.stderr.read().decode(errors="replace") if holder.stderr else ""
-            holder.kill()
-            holder.wait()
-            raise RuntimeError(f"Nodes: a namespace holder ({' '.join(flags)}) did not start: {err.strip()!r}")
-        return holder
+            err = maker.stderr.read().decode(errors="replace") if maker.stderr else ""
+            maker.kill()
+            maker.wait()
+            raise RuntimeError(f"Nodes: namespaces ({' '.join(argv[:-4])}) were not made: {err.strip()!r}")
+        # The init printed "ready": it is the newest descendant of the maker.
+        chain, pid = [], maker.pid
+        while kids := _children(pid):
+            pid = kids[-1]
+            chain.append(pid)
+        return maker, chain[-1]
 
     def _node(self, i: int) -> Node:
-        assert self.world is not None
-        holder = self._holder(private_files=True)
-        node = Node(i, str(NODE_SUBNET[i + 1]), holder)
+        enter = ["nsenter", "-t", str(self._world_init), "-p", "-m"]
+        maker, init = self._namespaces(enter, "/tmp", "/dev/shm")
+        node = Node(i, str(NODE_SUBNET[i + 1]), maker, init)
         # Made in the world, the node's end straight in the node's namespace:
         # no link exists in the host's namespace, not even for a moment.
-        self._ip(self.world, "link", "add", f"n{i}", "type", "veth", "peer", "name", "eth0", "netns", str(holder.pid))
-        self._ip(self.world, "link", "set", f"n{i}", "master", "br0", "up")
-        self._ip(holder, "link", "set", "lo", "up")
-        self._ip(holder, "addr", "add", f"{node.address}/{NODE_SUBNET.prefixlen}", "dev", "eth0")
-        self._ip(holder, "link", "set", "eth0", "up")
+        self._ip(self._world_init, "link", "add", f"n{i}", "type", "veth", "peer", "name", "eth0", "netns", str(init))
+        self._ip(self._world_init, "link", "set", f"n{i}", "master", "br0", "up")
+        self._ip(init, "link", "set", "lo", "up")
+        self._ip(init, "addr", "add", f"{node.address}/{NODE_SUBNET.prefixlen}", "dev", "eth0")
+        self._ip(init, "link", "set", "eth0", "up")
         return node
 
     @staticmethod
-    def _ip(ns: subprocess.Popen[bytes], *args: str) -> None:
+    def _ip(pid: int, *args: str) -> None:
         done = subprocess.run(
-            ["nsenter", "-t", str(ns.pid), "-n", "ip", *args], capture_output=True, text=True, check=False
+            ["nsenter", "-t", str(pid), "-n", "ip", *args], capture_output=True, text=True, check=False
         )
         if done.returncode != 0:
             what = " ".join(args)
-            raise RuntimeError(f"Nodes: 'ip {what}' in the namespace of pid {ns.pid} failed: {done.stderr.strip()}")
+            raise RuntimeError(f"Nodes: 'ip {what}' in the namespace of pid {pid} failed: {done.stderr.strip()}")
 
     def command(self, node: int | None, argv: Sequence[str]) -> list[str]:
-        """``argv`` run in node ``node``'s namespaces (None: in the world's)."""
+        """``argv`` run in node ``node``'s namespaces (None: in the world's); it
+        dies when the command's first process (``nsenter``) does."""
         if node is None:
-            assert self.world is not None
-            return ["nsenter", "-t", str(self.world.pid), "-n", *argv]
-        if not 0 <= node < len(self.nodes):
+            init = self._world_init
+        elif 0 <= node < len(self.nodes):
+            init = self.nodes[node].init
+        else:
             raise ValueError(f"Nodes: no node {node!r}: there are {len(self.nodes)} (0..{len(self.nodes) - 1})")
-        return ["nsenter", "-t", str(self.nodes[node].pid), "-n", "-m", *argv]
+        # nsenter forks to enter a PID namespace; setpriv ties that child to it.
+        return ["nsenter", "-t", str(init), "-n", "-m", "-p", "--", "setpriv", "--pdeathsig", "KILL", "--", *argv]
 
     def popen(self, node: int | None, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
-        """Start ``argv`` in a node (None: the world); it dies with this process."""
+        """Start ``argv`` in a node (None: the world); it dies with this process,
+        and with the returned process (``kill()`` it to stop ``argv``)."""
         proc = subprocess.Popen(self.command(node, argv), preexec_fn=_dies_with_parent, **kwargs)  # noqa: PLW1509
         self._started.append(proc)
         return proc
 
-    def run(self, node: int | None, argv: Sequence[str], timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, node: int | None, argv: Sequence[str], timeout: float = 30.0, **kwargs: Any
+    ) -> subprocess.CompletedProcess[str]:
         """Run ``argv`` in a node (None: the world) to its end; its output as text."""
         return subprocess.run(
             self.command(node, argv),
@@ -204,12 +270,14 @@ class Nodes:
             timeout=timeout,
             check=False,
             preexec_fn=_dies_with_parent,
+            **kwargs,
         )
 
     def kill_node(self, node: int) -> list[int]:
-        """SIGKILL every process in node ``node`` at once but its holder (the node
+        """SIGKILL every process of node ``node`` at once but its init (the node
         stays, empty, like a machine that lost its processes); the pids killed."""
-        victims = [p for p in self.nodes[node].pids() if p != self.nodes[node].pid]
+        init = self.nodes[node].init
+        victims = [p for p in self.nodes[node].pids() if p != init]
         for pid in victims:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -217,20 +285,18 @@ class Nodes:
 
     def cut(self, node: int, connected: bool = False) -> None:
         """Take node ``node``'s link down (``connected=True``: up again)."""
-        assert self.world is not None
-        self._ip(self.world, "link", "set", f"n{node}", "up" if connected else "down")
+        self._ip(self._world_init, "link", "set", f"n{node}", "up" if connected else "down")
 
     def close(self) -> None:
-        """SIGKILL every process in the nodes and the world (what was started
-        there included), then the holders: the namespaces, their links and the
-        bridge go with the last process in them. Idempotent."""
-        holders = [n.holder for n in self.nodes] + ([self.world] if self.world is not None else [])
-        for holder in holders:
-            if holder.poll() is None:
-                for pid in _in_namespace_of(holder.pid):
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
-        for proc in [*self._started, *holders]:
+        """SIGKILL the world's init: the kernel takes every process of the world
+        and of every node with it, and the namespaces, links and bridge go with
+        the last of them. Returns once they are gone (10 s at most). Idempotent."""
+        inits = [n.init for n in self.nodes] + ([self._world_init] if self._world_init else [])
+        for init in inits:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(init, signal.SIGKILL)
+        makers = [n.holder for n in self.nodes] + ([self.world] if self.world is not None else [])
+        for proc in [*self._started, *makers]:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -241,6 +307,7 @@ class Nodes:
         self.nodes.clear()
         self._started.clear()
         self.world = None
+        self._world_init = 0
 
     def __enter__(self) -> Nodes:
         return self

@@ -63,6 +63,19 @@ def _network_namespaces() -> set[int]:
     return found
 
 
+def _in_pid_namespace(init: int) -> set[int]:
+    ns = os.stat(f"/proc/{init}/ns/pid").st_ino
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.stat(f"/proc/{entry}/ns/pid").st_ino == ns:
+                    found.add(int(entry))
+            except OSError:
+                pass
+    return found
+
+
 def _gone_within(check: object, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -148,9 +161,39 @@ def test_close_leaves_no_namespace_or_process() -> None:
     assert sleeper.poll() is not None
 
 
+# A daemon as Ray's raylets are: a new session, its parent gone, SIGHUP ignored.
+DAEMON = "setsid sh -c 'trap \"\" HUP; exec sleep 600' </dev/null >/dev/null 2>&1 & echo $!"
+
+
+def _host_pid_of_daemon(nodes: Nodes, node: int | None) -> int:
+    """Start DAEMON in ``node`` (None: the world); its pid as the host sees it."""
+    assert nodes.run(node, ["sh", "-c", DAEMON]).returncode == 0
+    init = nodes.world_pid if node is None else nodes.nodes[node].pid
+    ns = os.stat(f"/proc/{init}/ns/pid").st_ino
+    for _ in range(100):
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    same = os.stat(f"/proc/{entry}/ns/pid").st_ino == ns
+                    cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+                except OSError:
+                    continue
+                if same and cmd == b"sleep\x00600\x00":
+                    return int(entry)
+        time.sleep(0.05)
+    raise AssertionError(f"the daemon started in node {node} was not found")
+
+
+def test_each_node_sees_its_own_processes_only(nodes: Nodes) -> None:
+    nodes.popen(1, ["sleep", "600"])
+    seen = nodes.run(0, ["sh", "-c", "echo $$; ls /proc | grep -c '^[0-9]'"]).stdout.split()
+    assert int(seen[0]) < 10, f"a process in node 0 has the host's pid {seen[0]}: no PID namespace"
+    assert int(seen[1]) < 10, f"node 0 sees {seen[1]} processes: more than its own"
+
+
 def test_the_nodes_go_when_their_owner_is_sigkilled(tmp_path: Path) -> None:
     """A Ctrl-C or a SIGKILL of the run takes its nodes with it: no namespace,
-    no process of a node is left."""
+    no process of a node, not even a daemon that left its parent, is left."""
     before = _network_namespaces()
     owner = subprocess.Popen(
         [
@@ -158,18 +201,30 @@ def test_the_nodes_go_when_their_owner_is_sigkilled(tmp_path: Path) -> None:
             "-c",
             "from harness.system.nodes import Nodes; import sys, time\n"
             "n = Nodes(2); n.popen(1, ['sleep', '600'])\n"
-            "print(' '.join(str(x.pid) for x in n.nodes), flush=True); time.sleep(600)",
+            f"n.run(0, ['sh', '-c', {DAEMON!r}]); n.run(None, ['sh', '-c', {DAEMON!r}])\n"
+            "print(' '.join(str(x.pid) for x in n.nodes), n.world_pid, flush=True); time.sleep(600)",
         ],
         stdout=subprocess.PIPE,
     )
     assert owner.stdout is not None
-    holders = [int(p) for p in owner.stdout.readline().split()]
-    assert len(holders) == 2
+    inits = [int(p) for p in owner.stdout.readline().split()]
+    assert len(inits) == 3
+    in_namespaces = {p for init in inits for p in _in_pid_namespace(init)}
+    assert len(in_namespaces) >= 6, f"three inits, a sleeper and two daemons: found {sorted(in_namespaces)}"
     owner.kill()
     owner.wait()
     owner.stdout.close()
-    assert _gone_within(lambda: not any(os.path.exists(f"/proc/{p}") for p in holders), 10)
+    assert _gone_within(lambda: not any(os.path.exists(f"/proc/{p}") for p in in_namespaces), 10), (
+        "a process of a node or of the world outlived the owner"
+    )
     assert _gone_within(lambda: _network_namespaces() <= before, 10), "namespaces outlived their owner"
+
+
+def test_close_takes_daemons_that_left_their_parent() -> None:
+    made = Nodes(1)
+    daemons = [_host_pid_of_daemon(made, 0), _host_pid_of_daemon(made, None)]
+    made.close()
+    assert _gone_within(lambda: not any(os.path.exists(f"/proc/{p}") for p in daemons), 10), daemons
 
 
 def test_bad_counts_and_nodes_are_named() -> None:
