@@ -11,18 +11,19 @@ inside the world, its node end created straight in the node's namespace.
 ::
 
     host's namespaces (untouched)
-      │  unshare ─► world init (PID 1 of the world)        dies with its owner
+      │  unshare ─► init (PID 1) of the world, of each node: die with their owner
       ▼
     world: br0 10.213.0.254/24, own /dev/shm, /proc; the host's /tmp
       ├─ veth ── node 0: eth0 10.213.0.1/24, lo, own /tmp, /dev/shm, PIDs
       ├─ veth ── node 1: eth0 10.213.0.2/24, …
       └─ …
 
-The world and every node are PID namespaces, the nodes nested in the world,
-each with an init (``_INIT``: it reaps the orphans a node's daemons leave). The
-kernel kills every process of a PID namespace when its init dies, and the
-world's init dies with the process that made the nodes (``PR_SET_PDEATHSIG``,
-through ``unshare --kill-child``): a Ctrl-C, a SIGKILL or a crash of the owner
+The world and every node are PID namespaces of their own, side by side as
+machines are (a process sees its machine's processes, no others': Ray finds
+its node's raylet by listing them), each with an init (``_INIT``: it reaps the
+orphans a node's daemons leave). The kernel kills every process of a PID
+namespace when its init dies, and each init dies with the process that made
+the nodes (``PR_SET_PDEATHSIG``, through ``unshare --kill-child``): a Ctrl-C, a SIGKILL or a crash of the owner
 takes every node, every process started in one (daemons that left their
 parent included: Ray's raylets do), the namespaces, the bridge and the links
 with it, with no name left in ``/run/netns``. ``ip`` (iproute2) makes the
@@ -157,7 +158,7 @@ class Nodes:
             raise RuntimeError(f"Nodes: simulated nodes cannot be made here: {why}")
         try:
             # The world keeps the host's /tmp (the caller's files) but not its /dev/shm.
-            self.world, self._world_init = self._namespaces([], "/dev/shm")
+            self.world, self._world_init = self._namespaces("/dev/shm")
             self._ip(self._world_init, "link", "set", "lo", "up")
             self._ip(self._world_init, "link", "add", "br0", "type", "bridge")
             self._ip(self._world_init, "addr", "add", f"{self.world_address}/{NODE_SUBNET.prefixlen}", "dev", "br0")
@@ -177,13 +178,12 @@ class Nodes:
         """The host pid of the world's init."""
         return self._world_init
 
-    def _namespaces(self, enter: list[str], *private: str) -> tuple[subprocess.Popen[bytes], int]:
-        """New network, mount and PID namespaces (made from inside ``enter``, an
-        ``nsenter`` prefix), a tmpfs on each of ``private``; the process that made
-        them and their init's host pid. Both die with this process."""
+    def _namespaces(self, *private: str) -> tuple[subprocess.Popen[bytes], int]:
+        """New network, mount and PID namespaces, a tmpfs on each of ``private``;
+        the process that made them and their init's host pid. Both die with this
+        process."""
         mounts = "".join(f"mount -t tmpfs -o mode=1777 tmpfs {path} && " for path in private)
         argv = [
-            *enter,
             "unshare",
             "--net",
             "--mount",
@@ -219,8 +219,7 @@ class Nodes:
         return maker, chain[-1]
 
     def _node(self, i: int) -> Node:
-        enter = ["nsenter", "-t", str(self._world_init), "-p", "-m"]
-        maker, init = self._namespaces(enter, "/tmp", "/dev/shm")
+        maker, init = self._namespaces("/tmp", "/dev/shm")
         node = Node(i, str(NODE_SUBNET[i + 1]), maker, init)
         # Made in the world, the node's end straight in the node's namespace:
         # no link exists in the host's namespace, not even for a moment.
@@ -288,9 +287,9 @@ class Nodes:
         self._ip(self._world_init, "link", "set", f"n{node}", "up" if connected else "down")
 
     def close(self) -> None:
-        """SIGKILL the world's init: the kernel takes every process of the world
-        and of every node with it, and the namespaces, links and bridge go with
-        the last of them. Returns once they are gone (10 s at most). Idempotent."""
+        """SIGKILL the inits of the nodes and the world: the kernel takes every
+        process of each with it, and the namespaces, links and bridge go with the
+        last of them. Returns once they are gone (10 s at most). Idempotent."""
         inits = [n.init for n in self.nodes] + ([self._world_init] if self._world_init else [])
         for init in inits:
             with contextlib.suppress(ProcessLookupError):
