@@ -1,4 +1,4 @@
-"""Command line: ``python -m harness conform …``, ``bench …`` and ``docs``."""
+"""Command line: ``python -m harness conform …``, ``bench …``, ``cluster …`` and ``docs``."""
 
 from __future__ import annotations
 
@@ -216,6 +216,45 @@ def _docs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cluster(args: argparse.Namespace, command: list[str]) -> int:
+    """Run ``command`` (default: a shell) as a driver of a simulated multi-node
+    Ray cluster; the cluster goes when it ends, or when this process is stopped."""
+    import os
+    import signal
+
+    from harness.system.nodes import unavailable_reason
+
+    why = unavailable_reason()
+    if why:
+        print(f"python -m harness cluster: simulated nodes cannot be made here: {why}", file=sys.stderr)
+        return 2
+    from harness.executors.ray.simulated_cluster import SimulatedCluster
+
+    command = command or [os.environ.get("SHELL", "sh")]
+    # A SIGTERM or SIGHUP stops the command and the cluster as a Ctrl-C does.
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.default_int_handler)
+    print(f"python -m harness cluster: starting {args.nodes} node(s)...", file=sys.stderr, flush=True)
+    try:
+        with SimulatedCluster.start(args.nodes, cpus_per_node=args.cpus_per_node) as cluster:
+            nodes = ", ".join(f"node {n.index} {n.address}" for n in cluster.nodes.nodes)
+            print(
+                f"python -m harness cluster: Ray at {cluster.address} ({nodes}); "
+                f"this command runs in the world, {cluster.nodes.world_address}: {' '.join(command)}",
+                file=sys.stderr,
+                flush=True,
+            )
+            proc = cluster.popen(command)
+            try:
+                return proc.wait()
+            except KeyboardInterrupt:
+                proc.kill()
+                proc.wait()
+                return 130
+    except KeyboardInterrupt:
+        return 130
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__)
     parser.add_argument("--version", action="version", version=_version())
@@ -271,7 +310,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     docs = sub.add_parser("docs", help="where the contract (SPEC.md) and the implementers' guide are; or print one")
     docs.add_argument("name", nargs="?", choices=SHIPPED_DOCS, help="print this document")
     docs.set_defaults(func=_docs)
+    cluster = sub.add_parser(
+        "cluster",
+        help="run a command (default: a shell) as a driver of a multi-node Ray cluster simulated on this machine",
+    )
+    cluster.add_argument("--nodes", type=_positive_int, default=2, help="nodes of the cluster (default 2)")
+    cluster.add_argument(
+        "--cpus-per-node", type=_positive_int, default=2, help="logical CPUs Ray gives each node (default 2)"
+    )
+    cluster.epilog = "After --, the command and its arguments; it gets RAY_ADDRESS and the cluster's token."
+    argv = list(sys.argv[1:] if argv is None else argv)
+    after = argv.index("--") if "--" in argv else len(argv)
+    argv, command = argv[:after], argv[after + 1 :]
     args, rest = parser.parse_known_args(argv)
+    if args.command == "cluster":
+        if rest:
+            cluster.error(f"unrecognized arguments: {' '.join(rest)} (the command goes after --)")
+        return _cluster(args, command)
+    if command:
+        argv += ["--", *command]
+        args, rest = parser.parse_known_args(argv)
     if args.command == "conform":
         return _conform(args, rest)
     if rest:

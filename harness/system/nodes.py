@@ -47,6 +47,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from subprocess import Popen
 from typing import Any
 
 from harness.system.parent_death import signal_on_parent_death
@@ -239,31 +240,50 @@ class Nodes:
             what = " ".join(args)
             raise RuntimeError(f"Nodes: 'ip {what}' in the namespace of pid {pid} failed: {done.stderr.strip()}")
 
-    def command(self, node: int | None, argv: Sequence[str]) -> list[str]:
-        """``argv`` run in node ``node``'s namespaces (None: in the world's); it
-        dies when the command's first process (``nsenter``) does."""
+    def command(self, node: int | None, argv: Sequence[str], cwd: str | None = None) -> list[str]:
+        """``argv`` run in node ``node``'s namespaces (None: in the world's), in
+        ``cwd`` (default: this process's) as that machine sees it, or in ``/``
+        where it has no such folder (a node has no host ``/tmp``); it dies when
+        the command's first process (``nsenter``) does."""
         if node is None:
             init = self._world_init
         elif 0 <= node < len(self.nodes):
             init = self.nodes[node].init
         else:
             raise ValueError(f"Nodes: no node {node!r}: there are {len(self.nodes)} (0..{len(self.nodes) - 1})")
+        folder = os.path.abspath(cwd or os.getcwd())
+        if not os.path.isdir(f"/proc/{init}/root{folder}"):
+            folder = "/"
         # nsenter forks to enter a PID namespace; setpriv ties that child to it.
-        return ["nsenter", "-t", str(init), "-n", "-m", "-p", "--", "setpriv", "--pdeathsig", "KILL", "--", *argv]
+        return [
+            "nsenter",
+            "-t",
+            str(init),
+            "-n",
+            "-m",
+            "-p",
+            f"--wdns={folder}",
+            "--",
+            "setpriv",
+            "--pdeathsig",
+            "KILL",
+            "--",
+            *argv,
+        ]
 
-    def popen(self, node: int | None, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
+    def popen(self, node: int | None, argv: Sequence[str], cwd: str | None = None, **kwargs: Any) -> Popen[Any]:
         """Start ``argv`` in a node (None: the world); it dies with this process,
         and with the returned process (``kill()`` it to stop ``argv``)."""
-        proc = subprocess.Popen(self.command(node, argv), preexec_fn=_dies_with_parent, **kwargs)  # noqa: PLW1509
+        proc = Popen(self.command(node, argv, cwd), preexec_fn=_dies_with_parent, **kwargs)  # noqa: PLW1509
         self._started.append(proc)
         return proc
 
     def run(
-        self, node: int | None, argv: Sequence[str], timeout: float = 30.0, **kwargs: Any
+        self, node: int | None, argv: Sequence[str], timeout: float = 30.0, cwd: str | None = None, **kwargs: Any
     ) -> subprocess.CompletedProcess[str]:
         """Run ``argv`` in a node (None: the world) to its end; its output as text."""
         return subprocess.run(
-            self.command(node, argv),
+            self.command(node, argv, cwd),
             capture_output=True,
             text=True,
             timeout=timeout,

@@ -202,3 +202,35 @@ def test_sample_narrowed_by_k_keeps_both() -> None:
 
     assert sample_expression("mp").endswith(") and (mp)")
     assert sample_expression().startswith("c1_blocking_call_returns or ")
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--nodes", "0"], "argument --nodes: expected an integer >= 1, got '0'"),
+        (["--cpus-per-node", "two"], "argument --cpus-per-node: expected an integer >= 1, got 'two'"),
+        (["echo", "hi"], "unrecognized arguments: echo hi (the command goes after --)"),
+    ],
+)
+def test_cluster_refuses_bad_arguments_in_one_line_naming_the_option_and_value(
+    args: list[str], error: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    started: list[object] = []
+    monkeypatch.setattr(harness.__main__, "_cluster", lambda *a: started.append(a) or 0)
+    with pytest.raises(SystemExit) as info:
+        main(["cluster", *args, "--", "true"])
+    assert info.value.code == 2
+    last = capsys.readouterr().err.rstrip("\n").splitlines()[-1]
+    assert last.startswith(f"python -m harness cluster: error: {error}"), last
+    assert started == []
+
+
+def test_cluster_takes_its_command_after_the_double_dash(monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[tuple[int, int, list[str]]] = []
+    monkeypatch.setattr(
+        harness.__main__,
+        "_cluster",
+        lambda args, command: started.append((args.nodes, args.cpus_per_node, command)) or 0,
+    )
+    assert main(["cluster", "--nodes", "3", "--", "python", "-c", "print(1)", "--nodes", "9"]) == 0
+    assert started == [(3, 2, ["python", "-c", "print(1)", "--nodes", "9"])]

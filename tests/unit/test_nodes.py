@@ -129,6 +129,14 @@ def test_each_node_has_a_tmp_and_dev_shm_of_its_own(nodes: Nodes) -> None:
         assert not os.path.exists(name), f"the host sees node 0's {name}"
 
 
+def test_a_command_runs_in_the_callers_folder_where_the_machine_has_it(nodes: Nodes, tmp_path: Path) -> None:
+    here = os.getcwd()
+    assert nodes.run(None, ["pwd"]).stdout.strip() == here
+    assert nodes.run(0, ["pwd"]).stdout.strip() == here
+    assert nodes.run(None, ["pwd"], cwd=str(tmp_path)).stdout.strip() == str(tmp_path), "the world has the host's /tmp"
+    assert nodes.run(0, ["pwd"], cwd=str(tmp_path)).stdout.strip() == "/", "a node has a /tmp of its own"
+
+
 def test_a_killed_node_loses_every_process_and_stays_empty(nodes: Nodes) -> None:
     sleeper = nodes.popen(0, ["sleep", "600"])
     other = nodes.popen(1, ["sleep", "600"])

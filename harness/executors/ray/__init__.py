@@ -7,9 +7,10 @@ a test process gets the environment of the run's cluster before Ray loads.
 
 See ``ray.executor`` for the data flow.
 
-This package holds the factory (here), the executor (``executor``) and the
+This package holds the factory (here), the executor (``executor``), the
 run's local cluster (``cluster``, whose keeper process runs that module with
-``python -m``: nothing here imports it at the top). It may import what
+``python -m``: nothing here imports it at the top) and a multi-node cluster on
+simulated nodes (``simulated_cluster``). It may import what
 ``harness.executors`` may.
 """
 

@@ -1,0 +1,194 @@
+"""A real multi-node Ray cluster on one machine, its nodes simulated.
+
+Each node is a set of namespaces of :class:`harness.system.nodes.Nodes` (its
+own address, ``/tmp``, ``/dev/shm`` and processes); the caller runs in the
+world, the machine that holds the bridge, as a driver does on a login node
+that joined the cluster::
+
+    world 10.213.0.254 ── caller (driver) ── raylet, 0 CPUs (a driver needs a raylet on its machine)
+      │ bridge
+      ├─ node 0  10.213.0.1: ray start --head: GCS, raylet, agents, workers
+      ├─ node 1  10.213.0.2: ray start --address 10.213.0.1:6379: raylet, agents, workers
+      └─ …
+
+Ray's token authentication stays on, with a token of the cluster's own,
+written into each machine's private files (nodes share no file system). Ray's
+temporary folders are in each machine's own ``/tmp`` (the world's: its own
+``/dev/shm``), so they go with the namespaces: stopping the cluster, or its
+owner dying, leaves nothing on the host. Nothing here imports Ray.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from subprocess import DEVNULL, CompletedProcess, Popen
+from typing import Any
+
+from harness.system.nodes import Nodes
+
+__all__ = ["SimulatedCluster"]
+
+_START_S = 120.0
+_GCS_PORT = 6379
+_READY = "Ray runtime started"
+# The world keeps the host's /tmp (the caller's files): its Ray folder is on its own /dev/shm.
+_WORLD_RAY_DIR = "/dev/shm/hray"
+_NODE_RAY_DIR = "/tmp/hray"
+_TOKEN_FILE = "auth_token"
+_LOG_FILE = "ray-start.log"
+_OBJECT_STORE_BYTES = 200 * 1024 * 1024
+# The caller's temporary folder is a path on the host: nodes do not have it.
+_HOST_ONLY_ENV = ("TMPDIR", "RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_TMPDIR")
+
+
+@dataclass
+class SimulatedCluster:
+    """``nodes`` simulated nodes running a Ray cluster; ``stop()`` removes it all.
+
+    Use :meth:`start` (or as a context manager). The caller's side is the world:
+    start drivers there with :meth:`popen` or :meth:`run`, with :meth:`driver_env`."""
+
+    nodes: Nodes
+    cpus_per_node: int
+    _token: str = field(default_factory=lambda: secrets.token_hex(32), repr=False)
+    _starts: list[Popen[bytes]] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, nodes: int, cpus_per_node: int = 2, timeout_s: float = _START_S) -> SimulatedCluster:
+        """Make ``nodes`` nodes and start Ray on them: the head on node 0, a raylet
+        with ``cpus_per_node`` logical CPUs on each, and one with none in the world."""
+        if cpus_per_node < 1:
+            raise ValueError(f"SimulatedCluster: cpus_per_node must be >= 1, got {cpus_per_node!r}")
+        cluster = cls(Nodes(nodes), cpus_per_node)
+        try:
+            deadline = time.monotonic() + timeout_s
+            cluster._ray_start(0, ["--head", "--include-dashboard=false", f"--port={_GCS_PORT}"])
+            cluster._ready([0], deadline)
+            others = list(range(1, nodes))
+            for node in others:
+                cluster._ray_start(node, [f"--address={cluster.address}"])
+            cluster._ray_start(None, [f"--address={cluster.address}"])
+            cluster._ready([*others, None], deadline)
+        except BaseException:
+            cluster.stop()
+            raise
+        return cluster
+
+    @property
+    def address(self) -> str:
+        """The GCS address drivers and raylets connect to (node 0's)."""
+        return f"{self.nodes.nodes[0].address}:{_GCS_PORT}"
+
+    def _ray_dir(self, node: int | None) -> str:
+        return _WORLD_RAY_DIR if node is None else _NODE_RAY_DIR
+
+    def _host_path(self, node: int | None, path: str) -> str:
+        """``path`` in a node's (None: the world's) files, as the host reaches it."""
+        init = self.nodes.world_pid if node is None else self.nodes.nodes[node].pid
+        return f"/proc/{init}/root{path}"
+
+    def _node_env(self, node: int | None) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in _HOST_ONLY_ENV}
+        env.update(
+            RAY_AUTH_MODE="token",
+            RAY_AUTH_TOKEN_PATH=f"{self._ray_dir(node)}/{_TOKEN_FILE}",
+            RAY_USAGE_STATS_ENABLED="0",
+            # The cluster ends with its namespaces: no 30 s drain on SIGTERM.
+            RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S="0",
+        )
+        return env
+
+    def _ray_start(self, node: int | None, role: list[str]) -> None:
+        folder = self._host_path(node, self._ray_dir(node))
+        os.makedirs(folder, mode=0o700)
+        fd = os.open(os.path.join(folder, _TOKEN_FILE), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            f.write(self._token)
+        address = self.nodes.world_address if node is None else self.nodes.nodes[node].address
+        argv = [
+            sys.executable,
+            "-m",
+            "ray.scripts.scripts",
+            "start",
+            "--block",
+            *role,
+            f"--node-ip-address={address}",
+            f"--num-cpus={0 if node is None else self.cpus_per_node}",
+            "--num-gpus=0",
+            f"--object-store-memory={_OBJECT_STORE_BYTES}",
+            "--disable-usage-stats",
+            f"--temp-dir={self._ray_dir(node)}",
+        ]
+        # The log is in the node's own files; read from here through /proc.
+        shell = ["sh", "-c", f'exec "$@" > {self._ray_dir(node)}/{_LOG_FILE} 2>&1', "ray-start", *argv]
+        self._starts.append(
+            self.nodes.popen(node, shell, env=self._node_env(node), stdin=DEVNULL, stdout=DEVNULL, stderr=DEVNULL)
+        )
+
+    def _ready(self, nodes: Sequence[int | None], deadline: float) -> None:
+        waiting = list(nodes)
+        while waiting:
+            for node in list(waiting):
+                text = ""
+                log = self._host_path(node, f"{self._ray_dir(node)}/{_LOG_FILE}")
+                with contextlib.suppress(OSError), open(log, errors="replace") as f:
+                    text = f.read()
+                where = "the world" if node is None else f"node {node}"
+                if _READY in text:
+                    waiting.remove(node)
+                elif self._start_of(node).poll() is not None or time.monotonic() > deadline:
+                    tail = " | ".join(text.strip().splitlines()[-5:])
+                    state = "exited" if self._start_of(node).poll() is not None else "did not start in time"
+                    raise RuntimeError(f"SimulatedCluster: ray start in {where} {state}: {tail or 'no output'}")
+            time.sleep(0.2)
+
+    def _start_of(self, node: int | None) -> Popen[bytes]:
+        # Started in the order head, other nodes, world.
+        return self._starts[-1 if node is None else node]
+
+    def driver_env(self) -> dict[str, str]:
+        """What a driver in the world needs: the cluster's address and token."""
+        env = self._node_env(None)
+        env.update(RAY_ADDRESS=self.address, RAY_AUTH_TOKEN="")
+        if "TMPDIR" in os.environ:
+            env["TMPDIR"] = os.environ["TMPDIR"]  # the world has the host's /tmp
+        return env
+
+    def command(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` run as a driver of this cluster, in the world (env: :meth:`driver_env`)."""
+        return self.nodes.command(None, argv)
+
+    def popen(self, argv: Sequence[str], **kwargs: Any) -> Popen[Any]:
+        """Start ``argv`` in the world with the driver's environment (plus ``env``)."""
+        kwargs["env"] = {**self.driver_env(), **kwargs.get("env", {})}
+        return self.nodes.popen(None, argv, **kwargs)
+
+    def run(self, argv: Sequence[str], timeout: float = 120.0, **kwargs: Any) -> CompletedProcess[str]:
+        """Run ``argv`` in the world with the driver's environment, to its end."""
+        kwargs["env"] = {**self.driver_env(), **kwargs.get("env", {})}
+        return self.nodes.run(None, argv, timeout=timeout, **kwargs)
+
+    def kill_node(self, node: int) -> list[int]:
+        """SIGKILL every process of node ``node`` at once (Ray's included)."""
+        return self.nodes.kill_node(node)
+
+    def cut(self, node: int, connected: bool = False) -> None:
+        """Take node ``node``'s link down (``connected=True``: up again)."""
+        self.nodes.cut(node, connected)
+
+    def stop(self) -> None:
+        """End every process of the cluster and remove its nodes. Idempotent."""
+        self.nodes.close()
+        self._starts.clear()
+
+    def __enter__(self) -> SimulatedCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
