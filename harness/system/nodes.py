@@ -2,7 +2,8 @@
 
 The machines of a simulated cluster. A private "world" holds a bridge; each
 node is a set of namespaces of its own (network; mount, with a private
-``/tmp`` and ``/dev/shm``, as real machines share neither; and PID) with one
+``/tmp`` and ``/dev/shm``, as real machines share neither; PID; and host name,
+``harness-node-<i>``) with one
 link to that bridge and an address of its own. The world has no link to the
 host's namespace, so nothing here can reach, or collide with, the host's
 network, and nothing is ever added to the host's namespace: every link is made
@@ -52,11 +53,15 @@ from typing import Any
 
 from harness.system.parent_death import signal_on_parent_death
 
-__all__ = ["NODE_SUBNET", "Node", "Nodes", "unavailable_reason"]
+__all__ = ["NODE_HOSTNAME", "NODE_SUBNET", "WORLD_HOSTNAME", "Node", "Nodes", "unavailable_reason"]
 
 #: The simulated nodes' subnet. Any would do: the world namespace has no link to
 #: the host's, so an address here can never meet one of the host's networks.
 NODE_SUBNET = ipaddress.ip_network("10.213.0.0/24")
+#: Node i's host name is this and i (real machines have names of their own).
+NODE_HOSTNAME = "harness-node-"
+#: The world's host name.
+WORLD_HOSTNAME = "harness-world"
 #: The world's own address on the bridge (where the caller runs).
 _WORLD_HOST = 254
 _REAPED_S = 10.0
@@ -159,7 +164,7 @@ class Nodes:
             raise RuntimeError(f"Nodes: simulated nodes cannot be made here: {why}")
         try:
             # The world keeps the host's /tmp (the caller's files) but not its /dev/shm.
-            self.world, self._world_init = self._namespaces("/dev/shm")
+            self.world, self._world_init = self._namespaces(WORLD_HOSTNAME, "/dev/shm")
             self._ip(self._world_init, "link", "set", "lo", "up")
             self._ip(self._world_init, "link", "add", "br0", "type", "bridge")
             self._ip(self._world_init, "addr", "add", f"{self.world_address}/{NODE_SUBNET.prefixlen}", "dev", "br0")
@@ -179,14 +184,16 @@ class Nodes:
         """The host pid of the world's init."""
         return self._world_init
 
-    def _namespaces(self, *private: str) -> tuple[subprocess.Popen[bytes], int]:
-        """New network, mount and PID namespaces, a tmpfs on each of ``private``;
-        the process that made them and their init's host pid. Both die with this
-        process."""
-        mounts = "".join(f"mount -t tmpfs -o mode=1777 tmpfs {path} && " for path in private)
+    def _namespaces(self, hostname: str, *private: str) -> tuple[subprocess.Popen[bytes], int]:
+        """New network, mount, PID and host-name namespaces, named ``hostname``,
+        a tmpfs on each of ``private``; the process that made them and their
+        init's host pid. Both die with this process."""
+        mounts = f"hostname {hostname} && "
+        mounts += "".join(f"mount -t tmpfs -o mode=1777 tmpfs {path} && " for path in private)
         argv = [
             "unshare",
             "--net",
+            "--uts",
             "--mount",
             "--propagation",
             "private",
@@ -220,7 +227,7 @@ class Nodes:
         return maker, chain[-1]
 
     def _node(self, i: int) -> Node:
-        maker, init = self._namespaces("/tmp", "/dev/shm")
+        maker, init = self._namespaces(f"{NODE_HOSTNAME}{i}", "/tmp", "/dev/shm")
         node = Node(i, str(NODE_SUBNET[i + 1]), maker, init)
         # Made in the world, the node's end straight in the node's namespace:
         # no link exists in the host's namespace, not even for a moment.
@@ -262,6 +269,7 @@ class Nodes:
             "-n",
             "-m",
             "-p",
+            "-u",
             f"--wdns={folder}",
             "--",
             "setpriv",

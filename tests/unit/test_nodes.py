@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -127,6 +128,12 @@ def test_each_node_has_a_tmp_and_dev_shm_of_its_own(nodes: Nodes) -> None:
         assert nodes.run(0, ["cat", name]).stdout.strip() == "node0"
         assert nodes.run(1, ["test", "-e", name]).returncode == 1, f"node 1 sees node 0's {name}"
         assert not os.path.exists(name), f"the host sees node 0's {name}"
+
+
+def test_each_node_and_the_world_have_a_host_name_of_their_own(nodes: Nodes) -> None:
+    names = [nodes.run(where, ["hostname"]).stdout.strip() for where in (0, 1, None)]
+    assert names == ["harness-node-0", "harness-node-1", "harness-world"]
+    assert socket.gethostname() not in names
 
 
 def test_a_command_runs_in_the_callers_folder_where_the_machine_has_it(nodes: Nodes, tmp_path: Path) -> None:
