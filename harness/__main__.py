@@ -56,6 +56,7 @@ def _conform(args: argparse.Namespace, pytest_args: list[str]) -> int:
         "timeout": "--harness-timeout",
         "jobs": "--harness-jobs",
         "require_gpus": "--harness-require-gpus",
+        "nodes": "--harness-nodes",
         "seed": "--harness-seed",
         "k": "-k",
     }
@@ -67,6 +68,8 @@ def _conform(args: argparse.Namespace, pytest_args: list[str]) -> int:
         value = getattr(args, attr)
         if value:
             argv += [flag, str(value)]
+    if args.require_nodes:
+        argv.append("--harness-require-nodes")
     if not args.world_size:
         # Its documented default, whatever ini the current folder has (a project
         # may narrow a backend's world sizes for its own CI).
@@ -270,6 +273,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     conform.add_argument("--clause", help="only these clauses, by exact id, e.g. C1,C4")
     conform.add_argument("--declare", help="clauses to treat as declared unsupported, e.g. C12,C22")
     conform.add_argument("--require-gpus", help="fail, not skip, GPU tests needing at most N GPUs when fewer exist")
+    conform.add_argument(
+        "--nodes",
+        help="comma-separated node counts (default 1): above 1, each backend that declares the count runs "
+        "across that many nodes; the others read not applicable",
+    )
+    conform.add_argument(
+        "--require-nodes",
+        action="store_true",
+        help="fail, not read not run, multi-node variants that cannot run here (no root for network namespaces)",
+    )
     conform.add_argument("--seed", help="seed of the tensor-parallel checks' weights and inputs (default 0)")
     conform.add_argument("--report-json", help="write the matrix as JSON to this path")
     conform.add_argument("--report-md", help="write the matrix as Markdown to this path")

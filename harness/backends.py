@@ -6,6 +6,8 @@ declarations the suite reads:
 - ``unsupported``: ``{clause id or capability: reason}``, the clauses it does
   not honour (reported apart from failures);
 - ``world_sizes``: the world sizes it can run (default: any);
+- ``nodes``: the node counts its executors can span (``ExecutorConfig.nodes``;
+  default: 1 only, every rank on the caller's machine);
 - ``start_methods``: the start methods that mean something to it (default:
   all of ``START_METHODS``, spawn, fork and forkserver; a backend that starts
   no process of its own, or whose runtime starts them, names one); the suite
@@ -92,6 +94,8 @@ class LoadedBackend:
     #: Modules the suite imports once in its own process, before it forks the
     #: test processes, so that no test process imports them again.
     preload: tuple[str, ...] = ()
+    #: The node counts its executors can span (``ExecutorConfig.nodes``).
+    nodes: tuple[int, ...] = (1,)
 
     def declared(self, clause: str) -> str | None:
         """The declared reason ``clause`` is not supported (by its id, or by the
@@ -105,6 +109,9 @@ class LoadedBackend:
 
     def supports_world_size(self, n: int) -> bool:
         return self.world_sizes is None or n in self.world_sizes
+
+    def supports_nodes(self, k: int) -> bool:
+        return k in self.nodes
 
 
 def _import_attr(spec: str, where: str) -> Any:
@@ -210,6 +217,15 @@ def load_backend(
     preload = getattr(factory, "preload", ()) or ()
     if isinstance(preload, str) or not all(isinstance(m, str) and m.strip() for m in preload):
         raise TypeError(f"backend {spec!r}: 'preload' must be a sequence of module names, got {preload!r}")
+    nodes = getattr(factory, "nodes", None)
+    if nodes is not None:
+        nodes = tuple(nodes) if isinstance(nodes, (tuple, list)) else nodes
+        if (
+            not isinstance(nodes, tuple)
+            or not nodes
+            or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in nodes)
+        ):
+            raise ValueError(f"backend {spec!r}: 'nodes' must be node counts, ints >= 1, got {nodes!r}")
     return LoadedBackend(
         spec,
         cast(Backend, factory),
@@ -220,4 +236,5 @@ def load_backend(
         os.fspath(expected) if expected is not None else None,
         str(version) if version is not None else None,
         tuple(m.strip() for m in preload),
+        nodes if nodes is not None else (1,),
     )

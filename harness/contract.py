@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 #: The version of the contract (docs/SPEC.md) this suite checks: its date of change.
-SPEC_VERSION = "2026-12-01"
+SPEC_VERSION = "2026-12-03"
 
 #: The documents an installed harness carries (setup.py copies them from docs/ into harness/_docs/).
 SHIPPED_DOCS = ("SPEC.md", "implementers.md")
@@ -129,12 +129,26 @@ class ExecutorConfig:
     start_method: str = "spawn"
     env: Mapping[str, str] = field(default_factory=dict)
     init_timeout_s: float = 120.0
+    #: The machines the ranks span: world_size / nodes ranks on each, node by
+    #: node (rank r on node r // (world_size / nodes)), as vLLM lays out tensor
+    #: parallelism inside a node. 1: every rank on the caller's machine.
+    nodes: int = 1
 
     def __post_init__(self) -> None:
         ws = self.world_size
         _check(
             isinstance(ws, int) and not isinstance(ws, bool) and ws >= 1,
             f"ExecutorConfig.world_size must be an int >= 1, got {ws!r}",
+        )
+        k = self.nodes
+        _check(
+            isinstance(k, int) and not isinstance(k, bool) and k >= 1,
+            f"ExecutorConfig.nodes must be an int >= 1, got {k!r}",
+        )
+        _check(
+            ws % k == 0,
+            f"ExecutorConfig.nodes must divide world_size (the same number of ranks on every node), "
+            f"got nodes={k!r} with world_size={ws!r}",
         )
         _check(
             self.device in DEVICES,

@@ -61,6 +61,7 @@ from harness.pytest_plugin.options import (
 from harness.pytest_plugin.outcomes import LEAK_CLAUSE, MatrixCollector, tag_item
 from harness.pytest_plugin.parallel import EXCLUSIVE_MARKER, ISOLATED_MARKER, run_side_by_side
 from harness.report import ClauseMatrix, machine_settings
+from harness.system.nodes import unavailable_reason
 from harness.system.reaper import Reaper
 
 __all__ = ["Variant", "gpu_count"]
@@ -70,6 +71,7 @@ options_key = pytest.StashKey[Options]()
 sessions_key = pytest.StashKey["_Sessions"]()
 collector_key = pytest.StashKey[MatrixCollector]()
 reaper_key = pytest.StashKey[Reaper]()
+#: Why a test must fail before it runs: GPUs or nodes a --require-* option demands are missing.
 _gpus_missing_key = pytest.StashKey[str]()
 #: Whether the session has tests that run isolated (the plugin's own to run).
 _isolated_key = pytest.StashKey[bool]()
@@ -171,6 +173,8 @@ def pytest_configure(config: pytest.Config) -> None:
                 else {"start methods run": "a backend's first at every world size, its others at one (2 if selected)"}
             ),
             **({"required GPUs": opts.require_gpus} if opts.require_gpus else {}),
+            **({"node counts": opts.nodes} if opts.nodes != [1] else {}),
+            **({"required nodes": "yes"} if opts.require_nodes else {}),
             "seed": opts.seed,
         }
     )
@@ -215,7 +219,9 @@ def backend(harness_variant: Variant, request: pytest.FixtureRequest) -> Iterato
     not run (one failing factory is reported once per variant, not per test)."""
     loaded = harness_variant.backend
     env = request.config.stash[sessions_key].env(loaded)
-    plain = ExecutorConfig(world_size=harness_variant.world_size, start_method=harness_variant.start_method)
+    plain = ExecutorConfig(
+        world_size=harness_variant.world_size, start_method=harness_variant.start_method, nodes=harness_variant.nodes
+    )
     checked = _CheckedFactory(loaded, plain, request.node)
     with pytest.MonkeyPatch.context() as mp:
         for key, value in env.items():
@@ -266,7 +272,9 @@ def harness_seed(request: pytest.FixtureRequest) -> int:
 
 @pytest.fixture
 def executor_config(harness_variant: Variant) -> ExecutorConfig:
-    return ExecutorConfig(world_size=harness_variant.world_size, start_method=harness_variant.start_method)
+    return ExecutorConfig(
+        world_size=harness_variant.world_size, start_method=harness_variant.start_method, nodes=harness_variant.nodes
+    )
 
 
 @pytest.fixture
@@ -394,9 +402,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             collector.saw_backend_tests = True
             item.add_marker(pytest.mark.distributed)
             tag_item(item)
+        variant = variant_of(item)
+        if isinstance(variant, Variant) and variant.nodes > 1 and variant.backend.supports_nodes(variant.nodes):
+            reason = multi_node_unavailable()
+            if opts.require_nodes:
+                item.stash[_gpus_missing_key] = f"{reason}, and --require-nodes demands multi-node runs"
+            else:
+                item.add_marker(pytest.mark.skip(reason=reason))
         gpu = item.get_closest_marker("gpu")
         if gpu is not None:
-            variant = variant_of(item)
             # Without min_gpus, a backend test needs one GPU per rank.
             default = variant.world_size if isinstance(variant, (Variant, Unavailable)) else 1
             need = int(gpu.kwargs.get("min_gpus", gpu.args[0] if gpu.args else default))
@@ -416,6 +430,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             items[:] = [i for i in items if _in_sample(i, opts)]
 
 
+def multi_node_unavailable() -> str:
+    """Why a multi-node variant of a backend that declares it cannot run here."""
+    missing = unavailable_reason()
+    if missing is not None and not os.environ.get("RAY_ADDRESS"):
+        return f"needs root for network namespaces (simulated nodes: {missing})"
+    # The checks that kill, count or look at a worker's processes reach the
+    # caller's machine only; run across nodes they would judge the wrong processes.
+    return (
+        "this harness does not run a backend across nodes yet: its fault and leak checks reach "
+        "the caller's machine only"
+    )
+
+
 def _in_sample(item: pytest.Item, opts: Options) -> bool:
     """False for a test that --harness-sample leaves out: a variant it names, and
     a test of none of the sample's names (as ``-k`` reads them)."""
@@ -427,8 +454,8 @@ def _in_sample(item: pytest.Item, opts: Options) -> bool:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Fail GPU tests whose GPUs are required but missing; skip clauses the
-    backend declares unsupported."""
+    """Fail GPU tests whose GPUs are required but missing (multi-node tests,
+    their nodes); skip clauses the backend declares unsupported."""
     missing = item.stash.get(_gpus_missing_key, None)
     if missing:
         pytest.fail(missing, pytrace=False)

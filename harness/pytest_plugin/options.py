@@ -2,8 +2,8 @@
 
 Each setting comes from the command line, else the environment, else the ini
 file, else its default, and a bad value is a usage error naming the value and
-where it came from. A variant is one backend at one world size and start
-method: every test that uses the ``backend`` fixture runs once per variant.
+where it came from. A variant is one backend at one world size, start method
+and node count: every test that uses the ``backend`` fixture runs once per variant.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from harness.backends import BackendUnavailableError, LoadedBackend, load_backend
+from harness.conformance._checks import NOT_APPLICABLE
 from harness.contract import CLAUSES, START_METHODS
 
 __all__ = [
@@ -54,23 +55,38 @@ HELP_DECLARE = "clauses to treat as declared unsupported for every backend, comm
 HELP_TIMEOUT = "seconds after which an isolated test is killed with its process group (default 300)"
 HELP_ISOLATE = "run each (test, backend) pair in a fresh forked process (default on; 'no' to run in-process)"
 
+HELP_NODES = (
+    "node counts to run, comma-separated (default 1): a count above 1 runs each backend that declares it "
+    "across that many simulated nodes (a Ray cluster in network namespaces; needs root), or across the "
+    "real cluster RAY_ADDRESS names; a backend that does not declare it reads not applicable"
+)
+HELP_REQUIRE_NODES = (
+    "fail, instead of reading not run, the multi-node variants that cannot run here "
+    "(no root for network namespaces): a multi-node runner that lost them must not read green"
+)
 HELP_REQUIRE_GPUS = (
     "fail, instead of skipping, GPU tests that need at most N GPUs when the machine has fewer "
     "(a GPU runner that lost its GPUs must not read green)"
 )
 
 
+def nodes_suffix(nodes: int) -> str:
+    """What a variant's id adds for its node count: nothing for one node."""
+    return f"-{nodes}nodes" if nodes > 1 else ""
+
+
 @dataclass(frozen=True)
 class Variant:
-    """One parametrisation: a backend at a world size and start method."""
+    """One parametrisation: a backend at a world size, start method and node count."""
 
     backend: LoadedBackend
     world_size: int
     start_method: str
+    nodes: int = 1
 
     @property
     def id(self) -> str:
-        return f"{self.backend.name}-ws{self.world_size}-{self.start_method}"
+        return f"{self.backend.name}-ws{self.world_size}-{self.start_method}{nodes_suffix(self.nodes)}"
 
 
 @dataclass(frozen=True)
@@ -81,10 +97,11 @@ class Unavailable:
     name: str
     reason: str
     world_size: int
+    nodes: int = 1
 
     @property
     def id(self) -> str:
-        return f"{self.name}-ws{self.world_size}"
+        return f"{self.name}-ws{self.world_size}{nodes_suffix(self.nodes)}"
 
 
 @dataclass
@@ -111,6 +128,10 @@ class Options:
     #: variants run the sample only, and where the value came from.
     sample: list[str] = field(default_factory=list)
     sample_where: str = "the default"
+    #: --harness-nodes: the node counts to run (1: every rank on this machine).
+    nodes: list[int] = field(default_factory=lambda: [1])
+    #: --harness-require-nodes: a multi-node variant that cannot run fails instead of reading not run.
+    require_nodes: bool = False
 
     def samples(self, variant: Variant) -> bool:
         """Whether ``variant`` runs the sample alone (--harness-sample)."""
@@ -171,6 +192,7 @@ _OPTIONS = (
     ("--harness-isolate", "--isolate", "harness_isolate", HELP_ISOLATE),
     ("--harness-jobs", "--jobs", "harness_jobs", HELP_JOBS),
     ("--harness-require-gpus", "--require-gpus", "harness_require_gpus", HELP_REQUIRE_GPUS),
+    ("--harness-nodes", "--nodes", "harness_nodes", HELP_NODES),
     ("--harness-seed", "--seed", "harness_seed", HELP_SEED),
     ("--harness-expected-failures", "--expected-failures", "harness_expected_failures", HELP_EXPECTED),
     ("--harness-sample", None, "harness_sample", HELP_SAMPLE),
@@ -190,6 +212,9 @@ def add_options(parser: pytest.Parser) -> None:
     for option, _, dest, help_text in _OPTIONS:
         group.addoption(option, dest=dest, default=None, help=help_text)
     group.addoption(
+        "--harness-require-nodes", dest="harness_require_nodes", action="store_true", help=HELP_REQUIRE_NODES
+    )
+    group.addoption(
         "--harness-keep-leftovers", dest="harness_keep_leftovers", action="store_true", help=HELP_KEEP_LEFTOVERS
     )
     parser.addini("harness_backends", HELP_BACKEND, default="")
@@ -199,6 +224,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("harness_timeout", HELP_TIMEOUT, default="")
     parser.addini("harness_jobs", HELP_JOBS, default="")
     parser.addini("harness_sample", HELP_SAMPLE, default="")
+    parser.addini("harness_nodes", HELP_NODES, default="")
 
 
 def add_short_forms(parser: pytest.Parser) -> list[str]:
@@ -212,6 +238,14 @@ def add_short_forms(parser: pytest.Parser) -> list[str]:
         if short and short not in taken:
             group.addoption(short, dest=dest, default=None, help=f"short for {option}")
             added.append(short)
+    if "--require-nodes" not in taken:
+        group.addoption(
+            "--require-nodes",
+            dest="harness_require_nodes",
+            action="store_true",
+            help="short for --harness-require-nodes",
+        )
+        added.append("--require-nodes")
     return added
 
 
@@ -304,6 +338,9 @@ def parse_options(config: pytest.Config) -> Options:
                 f"Invalid sample selector {selector!r} from {sample_where}: {backend!r} is not a backend "
                 f"of this run ({backends or 'none'}, from {backends_where})"
             )
+    nodes_text, nodes_where = _setting(config, "harness_nodes", "HARNESS_NODES", "harness_nodes", "1")
+    nodes = _node_counts(nodes_text, nodes_where)
+    require_nodes = bool(config.getoption("harness_require_nodes")) or _flag_env("HARNESS_REQUIRE_NODES")
     isolate_text = (config.getoption("harness_isolate") or "yes").lower()
     if isolate_text not in ("yes", "no"):
         raise pytest.UsageError(f"Invalid --isolate {isolate_text!r} from the command line: expected yes or no")
@@ -326,7 +363,30 @@ def parse_options(config: pytest.Config) -> Options:
         expected_failures=_expected_failures(config),
         sample=sample,
         sample_where=sample_where,
+        nodes=nodes,
+        require_nodes=require_nodes,
     )
+
+
+def _node_counts(text: str, where: str) -> list[int]:
+    counts = []
+    for v in _split(text):
+        if not v.isdigit() or int(v) < 1:
+            raise pytest.UsageError(f"Invalid node count {v!r} from {where}: expected integers >= 1")
+        if int(v) not in counts:
+            counts.append(int(v))
+    if not counts:
+        raise pytest.UsageError(f"Invalid node counts {text!r} from {where}: expected integers >= 1, e.g. 1,2")
+    return counts
+
+
+def _flag_env(name: str) -> bool:
+    value = os.environ.get(name, "").strip().lower()
+    if value in ("", "0", "no", "false"):
+        return False
+    if value in ("1", "yes", "true"):
+        return True
+    raise pytest.UsageError(f"Invalid value {value!r} of the environment variable {name}: expected 1 or 0")
 
 
 def _expected_failures(config: pytest.Config) -> tuple[str, str] | None:
@@ -405,20 +465,34 @@ def parametrize(metafunc: pytest.Metafunc, opts: Options) -> None:
         loaded = opts.loaded[name]
         if isinstance(loaded, BaseException):
             reason = f"backend {name!r} unavailable: {loaded}"
-            for ws in opts.world_sizes_of(name):
-                u = Unavailable(name, reason, ws)
-                params.append(pytest.param(u, id=u.id, marks=pytest.mark.skip(reason=reason)))
+            for k in opts.nodes:
+                for ws in opts.world_sizes_of(name):
+                    if ws % k == 0:
+                        u = Unavailable(name, reason, ws, k)
+                        params.append(pytest.param(u, id=u.id, marks=pytest.mark.skip(reason=reason)))
             continue
         starts = [s for s in opts.start_methods if s in (loaded.start_methods or START_METHODS)]
         sizes = {sm: opts.world_sizes_of(name, sm, loaded) for sm in starts}
-        variants = [
-            Variant(loaded, ws, sm)
-            for ws in sorted({w for sm in starts for w in sizes[sm]})
-            for sm in starts
-            if ws in sizes[sm] and loaded.supports_world_size(ws)
-        ]
-        params += [pytest.param(v, id=v.id) for v in variants]
+        for k in opts.nodes:
+            variants = [
+                Variant(loaded, ws, sm, k)
+                for ws in sorted({w for sm in starts for w in sizes[sm]})
+                for sm in starts
+                if ws in sizes[sm] and loaded.supports_world_size(ws) and ws % k == 0
+            ]
+            if not loaded.supports_nodes(k):
+                # One start method is enough to say so: the cells are per world size.
+                variants = [v for v in variants if v.start_method == variants[0].start_method]
+                spans = _counts(loaded.nodes)
+                reason = f"{NOT_APPLICABLE} {name} runs on {spans} only (it declares nodes={loaded.nodes})"
+                params += [pytest.param(v, id=v.id, marks=pytest.mark.skip(reason=reason)) for v in variants]
+                continue
+            params += [pytest.param(v, id=v.id) for v in variants]
     metafunc.parametrize("harness_variant", params, indirect=True)
+
+
+def _counts(nodes: tuple[int, ...]) -> str:
+    return "1 node" if nodes == (1,) else f"{', '.join(map(str, nodes))} nodes"
 
 
 NO_BACKEND = (

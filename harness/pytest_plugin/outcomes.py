@@ -64,10 +64,11 @@ def tag_item(item: pytest.Item) -> None:
         name, ws, vid = variant.backend.name, variant.world_size, variant.id
     else:
         name, ws, vid = variant.name, variant.world_size, variant.id
+    nodes = variant.nodes
     item.user_properties += [
         ("harness_clauses", ",".join(clauses)),
         ("harness_backend", name),
-        ("harness_column", column_name(name, ws, device_of(item))),
+        ("harness_column", column_name(name, ws, device_of(item), nodes)),
         # The test's whole name, every parameter included: it pastes into -k.
         ("harness_test", item.name),
         ("harness_variant", vid),

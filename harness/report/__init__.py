@@ -36,6 +36,7 @@ __all__ = [
     "ClauseMatrix",
     "Outcome",
     "Result",
+    "backend_of_column",
     "column_name",
 ]
 
@@ -58,8 +59,17 @@ def _rank(outcome: Outcome) -> int:
     return {FAIL: 5, NOT_RUN: 3, PASS: 2, NOT_APPLICABLE: 1, DECLARED: 0}[outcome]
 
 
-def column_name(backend: str, world_size: int, device: str) -> str:
-    return f"{backend} ws{world_size} {device}"
+def backend_of_column(column: str) -> str:
+    """The backend a column (:func:`column_name`) belongs to."""
+    words = column.split(" ")
+    if len(words) > 3 and words[-1] == "nodes":
+        words = words[:-2]
+    return " ".join(words[:-2])
+
+
+def column_name(backend: str, world_size: int, device: str, nodes: int = 1) -> str:
+    """``mp ws2 cpu``; ``ray ws4 cpu 2 nodes`` for a variant across nodes."""
+    return f"{backend} ws{world_size} {device}" + (f" {nodes} nodes" if nodes > 1 else "")
 
 
 @dataclass(frozen=True)
@@ -139,7 +149,7 @@ class ClauseMatrix:
         return [(cl, col) for cl, col in self.cells if self.outcome(cl, col) == FAIL]
 
     def columns_of(self, backend: str) -> list[str]:
-        return [c for c in self.columns if c.rsplit(" ", 2)[0] == backend]
+        return [c for c in self.columns if backend_of_column(c) == backend]
 
     def only_not_run(self, backend: str) -> bool:
         """Whether nothing was checked for ``backend``: no test of it passed,

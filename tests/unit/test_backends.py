@@ -336,6 +336,23 @@ def test_bad_world_sizes_raise(monkeypatch: pytest.MonkeyPatch, world_sizes: Any
         load_backend("decl")
 
 
+@pytest.mark.parametrize("nodes", [(), (0,), (1, -2), (2.0,), (True,), "2", 2])
+def test_bad_node_counts_raise(monkeypatch: pytest.MonkeyPatch, nodes: Any) -> None:
+    factory = _factory_with(nodes=nodes)
+    monkeypatch.setattr(backends, "_entry_points", lambda: {"decl": FakeEntryPoint("decl", factory)})
+    with pytest.raises(ValueError, match="'nodes' must be node counts, ints >= 1") as info:
+        load_backend("decl")
+    assert repr(tuple(nodes) if isinstance(nodes, tuple) else nodes) in str(info.value)
+
+
+def test_node_counts_default_to_one_node_and_are_read_from_the_factory(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load_backend("mp").nodes == (1,) and not load_backend("mp").supports_nodes(2)
+    factory = _factory_with(nodes=[1, 2])
+    monkeypatch.setattr(backends, "_entry_points", lambda: {"decl": FakeEntryPoint("decl", factory)})
+    loaded = load_backend("decl")
+    assert loaded.nodes == (1, 2) and loaded.supports_nodes(2) and not loaded.supports_nodes(4)
+
+
 def test_bool_world_sizes_raise(monkeypatch: pytest.MonkeyPatch) -> None:
     factory = _factory_with(world_sizes=(True, 2))
     monkeypatch.setattr(backends, "_entry_points", lambda: {"decl": FakeEntryPoint("decl", factory)})

@@ -55,6 +55,13 @@ def test_conform_world_sizes_from_the_command_line_or_the_environment(
     assert [_flag(argv, "--harness-world-size") for argv in calls] == ["2", "4"]
 
 
+def test_conform_passes_the_node_counts_and_require_nodes_on(calls: list[list[str]]) -> None:
+    main(["conform", "--backend", "ray", "--world-size", "4", "--nodes", "1,2", "--require-nodes"])
+    main(["conform", "--backend", "ray"])
+    assert _flag(calls[0], "--harness-nodes") == "1,2" and "--harness-require-nodes" in calls[0]
+    assert "--harness-nodes" not in calls[1] and "--harness-require-nodes" not in calls[1]
+
+
 @pytest.mark.parametrize("keep", [False, True], ids=["removed", "kept with --harness-keep-leftovers"])
 def test_conform_runs_its_pytest_in_a_temporary_folder_of_the_runs_own(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, keep: bool

