@@ -19,6 +19,13 @@ def pid(worker: Any) -> int:
     return os.getpid()
 
 
+def hostname(worker: Any) -> str:
+    """The name of the machine the rank runs on (each node has its own)."""
+    import socket
+
+    return socket.gethostname()
+
+
 def echo(worker: Any, *args: Any, **kwargs: Any) -> tuple[int, tuple[Any, ...], dict[str, Any]]:
     """Returns what arrived, tagged with the rank."""
     return int(worker.rank), args, kwargs

@@ -117,26 +117,39 @@ def loopback_ifname() -> str:
 
 
 def init_distributed(
-    rank: int, world_size: int, device: str, dist_backend: str, store_path: str, timeout_s: float
+    rank: int,
+    world_size: int,
+    device: str,
+    dist_backend: str,
+    store_path: str,
+    timeout_s: float,
+    *,
+    store: Any = None,
+    ifname: str | None = None,
 ) -> None:
-    """Initialise the default process group over a file store: nothing listens for it."""
+    """Initialise the default process group: over a file store at ``store_path``
+    (nothing listens for it), or over ``store`` (a ``torch.distributed.Store``,
+    for ranks on machines that share no file system), its peer sockets on
+    ``ifname`` (default: loopback)."""
     if os.environ.get(FAIL_INIT_ENV) == str(rank):
         raise RuntimeError(f"rank {rank}: start-up failure injected by {FAIL_INIT_ENV}={rank}")
-    # gloo and NCCL pick an interface for their peer sockets; pin them to loopback
-    # unless the user chose one (C23: nothing listens beyond loopback).
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", loopback_ifname())
-    os.environ.setdefault("NCCL_SOCKET_IFNAME", loopback_ifname())
+    # gloo and NCCL pick an interface for their peer sockets; pin them to loopback,
+    # or to the node's cluster interface across nodes, unless the user chose one
+    # (C23: nothing listens beyond loopback).
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", ifname or loopback_ifname())
+    os.environ.setdefault("NCCL_SOCKET_IFNAME", ifname or loopback_ifname())
     import torch
     import torch.distributed as dist
 
     if device == "cuda":
         torch.cuda.set_device(rank % torch.cuda.device_count())
+    meet: dict[str, Any] = {"store": store} if store is not None else {"init_method": f"file://{store_path}"}
     dist.init_process_group(
         backend=dist_backend,
-        init_method=f"file://{store_path}",
         rank=rank,
         world_size=world_size,
         timeout=timedelta(seconds=timeout_s),
+        **meet,
     )
 
 

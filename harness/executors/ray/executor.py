@@ -21,10 +21,19 @@ when this process is SIGKILLed); the last one to shut down disconnects, and stop
 the cluster only if an executor started it. A Ray already initialised by the
 caller is used as it is and never shut down here.
 
-The process group meets through a file store in a folder rank 0 creates, so
-the placement group is STRICT_PACK: every rank on one node. Ray's own servers
-(GCS, raylet, each worker's gRPC server) listen on all interfaces, which Ray
-cannot change: C23 is declared.
+On one node (``nodes=1``) the process group meets through a file store in a
+folder rank 0 creates, so the placement group is STRICT_PACK: every rank on
+one node. Across k nodes the placement group is STRICT_SPREAD, one bundle of
+world_size/k ranks per node, rank r in bundle r // (world_size/k) (ranks node
+by node, as vLLM lays out tensor parallelism); machines share no file system,
+so rank 0 hosts a TCP store at its node's address, and gloo's peer sockets are
+on each node's interface for that address::
+
+    node A: ranks 0 … n-1 (rank 0: TCP store at A's address) ─┐ gloo over each
+    node B: ranks n … 2n-1                                    ─┘ node's interface
+
+Ray's own servers (GCS, raylet, each worker's gRPC server) listen on all
+interfaces, which Ray cannot change: C23 is declared.
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 import ray
@@ -89,6 +99,7 @@ class _RankActor:
         self._world_size = world_size
         self._device = device
         self._worker: Worker | None = None
+        self._store: Any = None  # rank 0 across nodes: the TCP store it hosts
 
     def where(self) -> tuple[str, int]:
         """This actor's node id and pid."""
@@ -97,8 +108,29 @@ class _RankActor:
     def make_store_dir(self) -> str:
         return tempfile.mkdtemp(prefix="harness-ray-")
 
-    def setup(self, dist_backend: str, store_path: str, timeout_s: float) -> int:
-        init_distributed(self._rank, self._world_size, self._device, dist_backend, store_path, timeout_s)
+    def host_store(self, timeout_s: float) -> tuple[str, int]:
+        """Rank 0 across nodes: a TCP store at this node's address, for every rank to meet at."""
+        from torch.distributed import TCPStore  # type: ignore[attr-defined]
+
+        address = _node_address()
+        self._store = TCPStore(address, 0, self._world_size, True, timedelta(seconds=timeout_s), wait_for_workers=False)
+        return address, int(self._store.port)
+
+    def setup(
+        self, dist_backend: str, store_path: str, timeout_s: float, tcp_store: tuple[str, int] | None = None
+    ) -> int:
+        store, ifname = None, None
+        if tcp_store is not None:
+            from torch.distributed import TCPStore  # type: ignore[attr-defined]
+
+            ifname = _interface_of(_node_address())
+            if self._rank == 0:
+                store = self._store
+            else:
+                store = TCPStore(*tcp_store, self._world_size, False, timedelta(seconds=timeout_s))
+        init_distributed(
+            self._rank, self._world_size, self._device, dist_backend, store_path, timeout_s, store=store, ifname=ifname
+        )
         self._worker = Worker(self._rank, self._world_size, self._device)
         return os.getpid()
 
@@ -123,6 +155,21 @@ class _RankActor:
 
 
 _RemoteRankActor = ray.remote(_RankActor)
+
+
+def _node_address() -> str:
+    """This Ray node's address, as the cluster knows it."""
+    return str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
+
+
+def _interface_of(address: str) -> str:
+    """The network interface that holds ``address`` on this machine."""
+    import psutil
+
+    for name, addresses in psutil.net_if_addrs().items():
+        if any(a.address == address for a in addresses):
+            return str(name)
+    raise RuntimeError(f"no network interface of this machine has its Ray node address {address!r}")
 
 
 # ---- the process's Ray connection, shared by every executor ------------------
@@ -262,15 +309,21 @@ class _Group:
         _RUNTIME.acquire(self.address, _local_num_cpus(cfg.world_size))
         self._runtime_held = True
         gpu = cfg.device == "cuda"
-        bundle = {"GPU": 1.0} if gpu else {"CPU": 1.0}
-        self.pg = placement_group([dict(bundle) for _ in range(cfg.world_size)], strategy="STRICT_PACK")
+        # One bundle per rank on one node; one bundle per node (of its ranks) across nodes.
+        per_bundle = cfg.world_size // cfg.nodes if cfg.nodes > 1 else 1
+        bundle = {"GPU": float(per_bundle)} if gpu else {"CPU": float(per_bundle)}
+        count = cfg.nodes if cfg.nodes > 1 else cfg.world_size
+        strategy = "STRICT_SPREAD" if cfg.nodes > 1 else "STRICT_PACK"
+        self.pg = placement_group([dict(bundle) for _ in range(count)], strategy=strategy)
         ready, _ = ray.wait([self.pg.ready()], timeout=_remaining(deadline))
         if not ready:
             total = ray.cluster_resources()  # type: ignore[no-untyped-call]
             free = ray.available_resources()  # type: ignore[no-untyped-call]
+            where = f"{cfg.nodes} different nodes" if cfg.nodes > 1 else "one node"
             raise WorkerInitError(
-                f"ray: a placement group of {cfg.world_size} bundles {bundle} could not be placed on one node "
+                f"ray: a placement group of {count} bundles {bundle} could not be placed on {where} "
                 f"within init_timeout_s={cfg.init_timeout_s:g} s; the cluster has {total}, of which {free} are free"
+                + (f", on {_alive_nodes()} live nodes" if cfg.nodes > 1 else "")
             )
         env = dict(cfg.env)
         for rank in range(cfg.world_size):
@@ -280,7 +333,7 @@ class _Group:
                 max_restarts=0,
                 name=None,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    placement_group=self.pg, placement_group_bundle_index=rank
+                    placement_group=self.pg, placement_group_bundle_index=rank // per_bundle
                 ),
             ).remote(rank, cfg.world_size, cfg.device, env)
             self.actors.append(actor)
@@ -291,12 +344,18 @@ class _Group:
             self.pids.append(pid)
             self.local.append(node_id == here)
             self.pidfds.append(_pidfd(pid) if node_id == here else None)
-        self.store_dir = self._init_step("start", [self.actors[0].make_store_dir.remote()], deadline)[0]
-        self.store_local = self.local[0]
-        store_path = os.path.join(str(self.store_dir), "store")
+        tcp_store: tuple[str, int] | None = None
+        store_path = ""
+        if cfg.nodes > 1:
+            # Machines share no file system: rank 0 hosts a TCP store at its node's address.
+            tcp_store = self._init_step("start", [self.actors[0].host_store.remote(cfg.init_timeout_s)], deadline)[0]
+        else:
+            self.store_dir = self._init_step("start", [self.actors[0].make_store_dir.remote()], deadline)[0]
+            self.store_local = self.local[0]
+            store_path = os.path.join(str(self.store_dir), "store")
         self._init_step(
             "initialise torch.distributed",
-            [a.setup.remote(cfg.dist_backend, store_path, cfg.init_timeout_s) for a in self.actors],
+            [a.setup.remote(cfg.dist_backend, store_path, cfg.init_timeout_s, tcp_store) for a in self.actors],
             deadline,
         )
         self.monitor = threading.Thread(target=self._monitor, name="harness-ray-monitor", daemon=True)
@@ -459,6 +518,11 @@ class _Group:
             with contextlib.suppress(Exception):
                 remove_placement_group(self.pg)
             self.pg = None
+
+
+def _alive_nodes() -> int:
+    nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+    return sum(1 for n in nodes if n.get("Alive"))
 
 
 def _remaining(deadline: float) -> float:
