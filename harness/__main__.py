@@ -234,8 +234,10 @@ def _cluster(args: argparse.Namespace, command: list[str]) -> int:
     from harness.executors.ray.simulated_cluster import SimulatedCluster
 
     command = command or [os.environ.get("SHELL", "sh")]
-    # A SIGTERM or SIGHUP stops the command and the cluster as a Ctrl-C does.
-    for signum in (signal.SIGTERM, signal.SIGHUP):
+    # A SIGTERM or SIGHUP stops the command and the cluster as a Ctrl-C does; so
+    # does a SIGINT also where it came ignored (a shell's background job gets
+    # SIGINT ignored, and Python then installs no handler of its own).
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.default_int_handler)
     print(f"python -m harness cluster: starting {args.nodes} node(s)...", file=sys.stderr, flush=True)
     try:

@@ -96,6 +96,10 @@ def _said(stream: IO[str]) -> str:
     return f"(the driver ended without saying it; it printed: {''.join(passed)[-2000:]!r})"
 
 
+def _sigint_ignored() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _host_network() -> list[str]:
     return [
         subprocess.run(["ip", *args], capture_output=True, text=True, check=True).stdout
@@ -162,6 +166,9 @@ def test_the_cluster_command_runs_a_driver_that_reaches_every_node_and_a_ctrl_c_
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # As a shell's background job has it (CI's runner may be one): SIGINT
+        # comes ignored, and a Ctrl-C must stop the command all the same.
+        preexec_fn=_sigint_ignored,  # noqa: PLW1509 - one call, before exec
     ) as command:
         assert command.stdout is not None and command.stderr is not None
         try:

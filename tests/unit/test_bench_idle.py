@@ -11,6 +11,7 @@ import pytest
 from harness.contract import ExecutorConfig
 from harness.executors.mp import MultiprocExecutor
 from harness.perf.bench import idle_cpu
+from harness.system.load import load_per_cpu, load_scale
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -29,8 +30,10 @@ def test_an_idle_mp_uses_no_cpu_in_the_caller_or_the_workers() -> None:
 
 def test_workers_that_spin_while_idle_show_in_the_descendants_figure() -> None:
     idle = idle_cpu(f"{__name__}:spinning_workers@start_method=fork", 2, 1.0)
-    # Two workers yielding in a loop on two cores: well over half a core.
-    assert idle.descendants > 50.0
+    # Two workers yielding in a loop on two cores: well over half a core on a
+    # quiet machine; a busy one gives them a share that shrinks with its load
+    # (45 % beside CI's own tests and a Ray cluster), still far above idle's 5 %.
+    assert idle.descendants > 50.0 / load_scale(), f"at {load_per_cpu():.1f} runnable per CPU"
     assert idle.caller < 5.0
 
 
