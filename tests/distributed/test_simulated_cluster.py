@@ -1,8 +1,12 @@
 """A multi-node Ray cluster simulated on one machine
 (harness.executors.ray.simulated_cluster, ``python -m harness cluster``): a
 driver in the world reaches a real raylet on every node, each node has files of
-its own, a killed node fails the calls pending on it, and nothing is left on
-the host, after a Ctrl-C of the command as after ``stop()``.
+its own, and nothing is left on the host, after a Ctrl-C of the command as
+after ``stop()``. The ``ray`` backend across its nodes (``ExecutorConfig.nodes``):
+ranks node by node on machines that share no file system, the process group
+holds across them, and a node killed under a pending call fails it within
+30 s, runs the failure callbacks once and makes ``check_health()`` raise, with
+``shutdown()`` still bounded.
 
 Each test runs in its own forked process (``distributed``) and needs Ray
 (``ray``) and root (network namespaces).
@@ -22,12 +26,12 @@ from typing import IO
 
 import pytest
 
-from harness.system.nodes import unavailable_reason
+from harness.system.nodes import NODE_HOSTNAME, unavailable_reason
 
 pytestmark = [
     pytest.mark.ray,
     pytest.mark.distributed,
-    pytest.mark.timeout(300),
+    pytest.mark.timeout(420),
     pytest.mark.skipif(unavailable_reason() is not None, reason=f"simulated nodes: {unavailable_reason()}"),
 ]
 
@@ -56,30 +60,48 @@ WHERE = textwrap.dedent(
     """
 )
 
-# Runs in the world: an actor on node 1 starts a long call; the test kills node
-# 1; the driver says how the call ended and how long after "pending" it did.
-PENDING = textwrap.dedent(
+
+# The driver: one executor of 4 ranks on 2 nodes; it says what each rank saw,
+# then (with "kill" on stdin) starts a long call on every rank and reports how
+# the call, the callbacks, check_health and shutdown went once the test kills
+# node 1 (the ranks of one node; node 0 is the cluster's head).
+DRIVER = textwrap.dedent(
     """
-    import os, time, ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy as On
-    ray.init(log_to_driver=False)
-    node = next(n for n in ray.nodes() if n["Alive"] and n["NodeManagerAddress"].endswith(".2"))
-    @ray.remote(num_cpus=1)
-    class Sleeper:
-        def ping(self):
-            return ray.util.get_node_ip_address()
-        def sleep(self):
-            time.sleep(600)
-    actor = Sleeper.options(scheduling_strategy=On(node["NodeID"], soft=False)).remote()
-    print("said: on", ray.get(actor.ping.remote()), flush=True)
-    call = actor.sleep.remote()
-    print("said: pending", flush=True)
-    start = time.monotonic()
+    import json, socket, sys, time
+    from harness.contract import ExecutorConfig
+    from harness.conformance import probes
+    from harness.executors.ray.executor import RayExecutor
+
+    def say(**what):
+        print("said:", json.dumps(what), flush=True)
+
+    ex = RayExecutor(ExecutorConfig(world_size=4, nodes=2, init_timeout_s=240))
+    calls = []
+    ex.register_failure_callback(lambda: calls.append(time.monotonic()))
+    say(hosts=ex.collective_rpc(probes.hostname), info=ex.collective_rpc(probes.dist_info),
+        collectives=ex.collective_rpc(probes.collectives), driver=socket.gethostname())
+    sys.stdin.readline()
+    pending = ex.collective_rpc(probes.sleep, args=(600,), non_block=True)
+    say(pending=True)
+    sys.stdin.readline()  # the node is dead
+    killed = time.monotonic()
     try:
-        ray.get(call, timeout=120)
-        print("said: returned", flush=True)
+        pending.result(timeout=60)
+        outcome = "returned"
     except Exception as exc:
-        print("said: failed", type(exc).__name__, round(time.monotonic() - start, 1), flush=True)
+        outcome = type(exc).__name__ + ": " + str(exc)[:200]
+    failed_after = time.monotonic() - killed
+    time.sleep(2)  # a second callback run would come now
+    try:
+        ex.check_health()
+        health = "returned"
+    except Exception as exc:
+        health = type(exc).__name__
+    start = time.monotonic()
+    ex.shutdown()
+    say(outcome=outcome, failed_after=failed_after, callbacks=len(calls),
+        callback_after=(calls[0] - killed) if calls else None, health=health,
+        shutdown_s=time.monotonic() - start)
     """
 )
 
@@ -194,23 +216,49 @@ def test_the_cluster_command_runs_a_driver_that_reaches_every_node_and_a_ctrl_c_
     assert _host_network() == network
 
 
-def test_a_killed_node_fails_the_call_pending_on_it_within_30_s_and_stop_leaves_nothing(tmp_path: Path) -> None:
+def test_ray_ranks_run_node_by_node_across_nodes_and_a_killed_node_fails_its_call_and_stop_leaves_nothing() -> None:
     from harness.executors.ray.simulated_cluster import SimulatedCluster
 
     namespaces = _network_namespaces()
-    with SimulatedCluster.start(2, cpus_per_node=1) as cluster:
-        driver = cluster.popen([sys.executable, "-c", PENDING], stdout=subprocess.PIPE, text=True)
-        assert driver.stdout is not None
-        assert _said(driver.stdout).split() == ["on", "10.213.0.2"]
-        assert _said(driver.stdout) == "pending"
-        time.sleep(1)  # the call reached the actor
-        killed = cluster.kill_node(1)
-        assert killed, "kill_node found no process on node 1"
-        outcome = _said(driver.stdout).split()
-        driver.wait(timeout=60)
-    assert outcome[:1] == ["failed"], f"the call on the killed node did not fail: {outcome}"
-    assert outcome[1] in {"ActorDiedError", "ActorUnavailableError", "RayActorError"}, outcome
-    assert float(outcome[2]) <= 30, f"the call failed {outcome[2]} s after its node was killed: over 30 s"
+    argv = [sys.executable, "-c", DRIVER]
+    with (
+        SimulatedCluster.start(2, cpus_per_node=2) as cluster,
+        cluster.popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as driver,
+    ):
+        assert driver.stdin is not None and driver.stdout is not None
+        try:
+            seen = json.loads(_said(driver.stdout))
+            hosts = seen["hosts"]
+            assert hosts[0] == hosts[1] and hosts[2] == hosts[3] and hosts[0] != hosts[2], (
+                f"ranks not node by node (rank r on node r // 2): {hosts}"
+            )
+            assert all(h.startswith(NODE_HOSTNAME) for h in hosts), f"a rank ran off the cluster's nodes: {hosts}"
+            assert seen["driver"] != hosts[0] and seen["driver"] != hosts[2]
+            assert [tuple(i[:3]) for i in seen["info"]] == [(r, r, 4) for r in range(4)]
+            assert all(c["all_reduce"] == [10.0] * 4 for c in seen["collectives"]), seen["collectives"]
+            assert all(c["all_gather"] == [[r, r * r] for r in range(4)] for c in seen["collectives"])
+            assert all(c["broadcast"] == [0.0, 1.0, 2.0] for c in seen["collectives"])
+            driver.stdin.write("go\n")
+            driver.stdin.flush()
+            assert json.loads(_said(driver.stdout)) == {"pending": True}
+            time.sleep(2)  # the call reached every rank
+            # Node 1, not the head (node 0 holds the cluster's GCS): its ranks' machine dies.
+            assert f"{NODE_HOSTNAME}1" in hosts, hosts
+            assert cluster.kill_node(1), "kill_node found no process on node 1"
+            driver.stdin.write("dead\n")
+            driver.stdin.flush()
+            end = json.loads(_said(driver.stdout))
+            driver.wait(timeout=90)
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+    print(f"after node 1 was killed: {end}")  # the figures, for -s or -rP
+    assert end["outcome"] != "returned", "the call pending on the killed node returned"
+    assert end["failed_after"] <= 30, f"the pending call failed {end['failed_after']:.1f} s after its node died"
+    assert end["callbacks"] == 1, f"the failure callbacks ran {end['callbacks']} times, not once"
+    assert end["callback_after"] is not None and end["callback_after"] <= 30
+    assert end["health"] != "returned", "check_health() returned after a node died"
+    assert end["shutdown_s"] <= 30, f"shutdown took {end['shutdown_s']:.1f} s after a node died"
     left = _processes_outside(namespaces)
     assert _settled(lambda: not _processes_outside(namespaces), 15), f"left after stop(): {left}"
     assert _settled(lambda: _network_namespaces() <= namespaces, 15), "namespaces left after stop()"

@@ -87,7 +87,7 @@ create.unsupported = {  # type: ignore[attr-defined]
 # Ray starts the actor processes itself: spawn/fork mean nothing to it.
 create.start_methods = ("spawn",)  # type: ignore[attr-defined]
 # Ranks node by node on as many nodes of the cluster (ExecutorConfig.nodes):
-# tests/distributed/test_ray_across_nodes.py runs them on simulated nodes.
+# tests/distributed/test_simulated_cluster.py runs them on simulated nodes.
 create.nodes = (1, 2, 4)  # type: ignore[attr-defined]
 # One cluster for a whole run: connecting takes a fraction of a second, starting one seconds.
 create.session = local_cluster  # type: ignore[attr-defined]
