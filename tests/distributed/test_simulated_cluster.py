@@ -254,6 +254,7 @@ def test_ray_ranks_run_node_by_node_across_nodes_and_a_killed_node_fails_its_cal
                 driver.kill()
     print(f"after node 1 was killed: {end}")  # the figures, for -s or -rP
     assert end["outcome"] != "returned", "the call pending on the killed node returned"
+    assert "on the node at 10.213.0.2" in end["outcome"], f"the error names no node, or another: {end['outcome']}"
     assert end["failed_after"] <= 30, f"the pending call failed {end['failed_after']:.1f} s after its node died"
     assert end["callbacks"] == 1, f"the failure callbacks ran {end['callbacks']} times, not once"
     assert end["callback_after"] is not None and end["callback_after"] <= 30

@@ -101,9 +101,9 @@ class _RankActor:
         self._worker: Worker | None = None
         self._store: Any = None  # rank 0 across nodes: the TCP store it hosts
 
-    def where(self) -> tuple[str, int]:
-        """This actor's node id and pid."""
-        return ray.get_runtime_context().get_node_id(), os.getpid()
+    def where(self) -> tuple[str, int, str]:
+        """This actor's node id, pid (in its machine's PID namespace) and node address."""
+        return ray.get_runtime_context().get_node_id(), os.getpid(), _node_address()
 
     def make_store_dir(self) -> str:
         return tempfile.mkdtemp(prefix="harness-ray-")
@@ -289,6 +289,7 @@ class _Group:
         self.actors: list[Any] = []
         self.actor_ids: list[str] = []
         self.pids: list[int | None] = []
+        self.addresses: list[str] = []  # each rank's Ray node address
         self.local: list[bool] = []
         self.pidfds: list[int | None] = []
         self.pg: PlacementGroup | None = None
@@ -340,7 +341,8 @@ class _Group:
             self.actor_ids.append(actor._actor_id.hex())  # type: ignore[union-attr]
         here = ray.get_runtime_context().get_node_id()
         places = self._init_step("start", [a.where.remote() for a in self.actors], deadline)
-        for node_id, pid in places:
+        for node_id, pid, address in places:
+            self.addresses.append(address)
             self.pids.append(pid)
             self.local.append(node_id == here)
             self.pidfds.append(_pidfd(pid) if node_id == here else None)
@@ -435,7 +437,11 @@ class _Group:
         """Record that ``rank`` died: fail every call, run the callbacks once."""
 
         def died() -> WorkerDiedError:
-            return WorkerDiedError(rank, self.pids[rank] if rank < len(self.pids) else None, None, detail)
+            where = ""
+            if rank < len(self.local) and not self.local[rank]:
+                # Its pid is another machine's: say which one.
+                where = f"on the node at {self.addresses[rank]}: "
+            return WorkerDiedError(rank, self.pids[rank] if rank < len(self.pids) else None, None, where + detail)
 
         return self.failure.record(died, self.queue)
 
