@@ -32,6 +32,9 @@ pytestmark = [
     pytest.mark.ray,
     pytest.mark.distributed,
     pytest.mark.timeout(420),
+    # Each test requires that no process is left in a namespace made after it
+    # began: another test's cluster, beside it, would be counted against it.
+    pytest.mark.exclusive,
     pytest.mark.skipif(unavailable_reason() is not None, reason=f"simulated nodes: {unavailable_reason()}"),
 ]
 
