@@ -72,7 +72,7 @@ sessions_key = pytest.StashKey["_Sessions"]()
 collector_key = pytest.StashKey[MatrixCollector]()
 reaper_key = pytest.StashKey[Reaper]()
 #: Why a test must fail before it runs: GPUs or nodes a --require-* option demands are missing.
-_gpus_missing_key = pytest.StashKey[str]()
+_missing_key = pytest.StashKey[str]()
 #: Whether the session has tests that run isolated (the plugin's own to run).
 _isolated_key = pytest.StashKey[bool]()
 _SHUTDOWN_S = 30.0
@@ -389,6 +389,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             + ")"
         )
     found: int | None = None
+    nodes_missing: str | None = None  # why multi-node variants cannot run: looked up at the first one
     missing_ray = not module_installed("ray")
     for item in items:
         for clause in clauses_of(item):
@@ -404,9 +405,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             tag_item(item)
         variant = variant_of(item)
         if isinstance(variant, Variant) and variant.nodes > 1 and variant.backend.supports_nodes(variant.nodes):
-            reason = multi_node_unavailable()
+            if nodes_missing is None:
+                nodes_missing = multi_node_unavailable()
+            reason = nodes_missing
             if opts.require_nodes:
-                item.stash[_gpus_missing_key] = f"{reason}, and --require-nodes demands multi-node runs"
+                item.stash[_missing_key] = f"{reason}, and --require-nodes demands multi-node runs"
             else:
                 item.add_marker(pytest.mark.skip(reason=reason))
         gpu = item.get_closest_marker("gpu")
@@ -419,7 +422,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if found < need:
                 reason = f"needs {need} GPU{'s' * (need > 1)}, found {found}"
                 if need <= opts.require_gpus:
-                    item.stash[_gpus_missing_key] = f"{reason}, and --require-gpus {opts.require_gpus} demands them"
+                    item.stash[_missing_key] = f"{reason}, and --require-gpus {opts.require_gpus} demands them"
                 else:
                     item.add_marker(pytest.mark.skip(reason=reason))
     if opts.sample:
@@ -434,7 +437,8 @@ def multi_node_unavailable() -> str:
     """Why a multi-node variant of a backend that declares it cannot run here."""
     missing = unavailable_reason()
     if missing is not None and not os.environ.get("RAY_ADDRESS"):
-        return f"needs root for network namespaces (simulated nodes: {missing})"
+        root = "needs root for network namespaces"
+        return missing if missing.startswith(root) else f"{root} (simulated nodes: {missing})"
     # The checks that kill, count or look at a worker's processes reach the
     # caller's machine only; run across nodes they would judge the wrong processes.
     return (
@@ -456,7 +460,7 @@ def _in_sample(item: pytest.Item, opts: Options) -> bool:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Fail GPU tests whose GPUs are required but missing (multi-node tests,
     their nodes); skip clauses the backend declares unsupported."""
-    missing = item.stash.get(_gpus_missing_key, None)
+    missing = item.stash.get(_missing_key, None)
     if missing:
         pytest.fail(missing, pytrace=False)
     clauses = clauses_of(item)

@@ -369,12 +369,7 @@ def parse_options(config: pytest.Config) -> Options:
 
 
 def _node_counts(text: str, where: str) -> list[int]:
-    counts = []
-    for v in _split(text):
-        if not v.isdigit() or int(v) < 1:
-            raise pytest.UsageError(f"Invalid node count {v!r} from {where}: expected integers >= 1")
-        if int(v) not in counts:
-            counts.append(int(v))
+    counts = list(dict.fromkeys(_positive_ints(text, where, "node count")))
     if not counts:
         raise pytest.UsageError(f"Invalid node counts {text!r} from {where}: expected integers >= 1, e.g. 1,2")
     return counts
@@ -433,10 +428,14 @@ def _pytest_timeout(config: pytest.Config) -> tuple[str, str] | None:
 
 
 def _world_sizes(text: str, where: str) -> list[int]:
+    return _positive_ints(text, where, "world size")
+
+
+def _positive_ints(text: str, where: str, what: str) -> list[int]:
     out = []
     for v in _split(text):
         if not v.isdigit() or int(v) < 1:
-            raise pytest.UsageError(f"Invalid world size {v!r} from {where}: expected integers >= 1")
+            raise pytest.UsageError(f"Invalid {what} {v!r} from {where}: expected integers >= 1")
         out.append(int(v))
     return out
 
