@@ -20,6 +20,7 @@ import psutil
 
 from harness import ExecutorConfig
 from harness.conformance import probes
+from harness.conformance._workers import worker_pids
 from harness.system import leaks
 
 __all__ = ["CollectivesFailedError", "Exposure", "examine"]
@@ -74,7 +75,7 @@ def examine(factory: Callable[[ExecutorConfig], Any], config: ExecutorConfig, ta
             ex.collective_rpc(probes.collectives)  # the peers are connected, and listening, by now
         except Exception as exc:
             raise CollectivesFailedError(f"collective_rpc(collectives) raised {exc!r}") from exc
-        reported = {int(p) for p in ex.collective_rpc(probes.pid)}
+        reported = set(worker_pids(ex))
         pids = sorted((leaks.started_by(me, tag) | reported) - {me})
         found.examined = pids
         caller_new = sorted(set(_non_loopback(me)) - caller_before)

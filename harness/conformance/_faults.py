@@ -13,6 +13,8 @@ from typing import Any
 
 from harness.conformance import probes
 from harness.conformance._checks import bounded, not_applicable, wait_until
+from harness.conformance._markers import names_in
+from harness.conformance._workers import worker_pids
 
 #: SPEC.md's C8 bound: a death fails calls and runs the callbacks within this.
 DEATH_BOUND_S = 10.0
@@ -22,7 +24,7 @@ STUB_ERRORS = (NotImplementedError, AttributeError, TypeError)
 
 def victim(executor: Any) -> tuple[int, int]:
     """(rank, pid) of the highest rank with a process of its own: the one to kill."""
-    pids = [int(p) for p in bounded(lambda: executor.collective_rpc(probes.pid), 60, "collective_rpc(pid)")]
+    pids = worker_pids(executor)
     apart = [(rank, pid) for rank, pid in enumerate(pids) if pid != os.getpid()]
     if not apart:
         not_applicable("every rank runs in the caller's process: no worker can die apart from the caller")
@@ -62,6 +64,7 @@ def kill_a_rank_inside_a_collective(
     rank, pid = victim(executor)
     markers = tmp_path / "in-collective"
     markers.mkdir()
+    pids = worker_pids(executor)  # now: once the collective runs, the executor answers nothing else
     outcome: list[BaseException | None] = []
 
     def call() -> None:
@@ -75,8 +78,8 @@ def kill_a_rank_inside_a_collective(
 
     caller = threading.Thread(target=call, name="harness-c8-collective", daemon=True)
     caller.start()
-    arrived = wait_until(lambda: len(list(markers.iterdir())) == world_size or bool(outcome), 60)
-    reached = sorted(m.name for m in markers.iterdir())
+    arrived = wait_until(lambda: len(names_in(markers, pids)) == world_size or bool(outcome), 60)
+    reached = sorted(names_in(markers, pids))
     assert arrived and not outcome, f"the ranks did not all reach the collective within 60 s (got {reached}, {outcome})"
     time.sleep(0.5)  # the other ranks are now blocked inside the all_reduce
     died = kill(pid)

@@ -1,7 +1,7 @@
 """A caller process for C13: builds an executor, brings it to a state, reports its
 worker pids, then waits to be killed.
 
-Run as ``python -m harness.conformance._orphan_driver BACKEND WORLD_SIZE START_METHOD PID_FILE STATE``.
+Run as ``python -m harness.conformance._orphan_driver BACKEND WORLD_SIZE START_METHOD PID_FILE STATE [NODES]``.
 The workers' pids go to ``PID_FILE`` once the executor started (a file written
 whole, then renamed, not stdout, which a backend may log to); ``PID_FILE.reached``
 follows once the executor is in ``STATE``, so the kill that follows always finds
@@ -32,6 +32,8 @@ from typing import Any
 
 from harness import ExecutorConfig, load_backend
 from harness.conformance import probes
+from harness.conformance._markers import seen
+from harness.conformance._workers import worker_pids
 
 STATES = ("idle", "call_running", "replies_backed_up", "worker_hung_in_native_code")
 #: replies_backed_up: calls sent, and the size of each rank's result of each.
@@ -41,22 +43,22 @@ BACKED_UP_RESULT_BYTES = 1 << 20
 STATE_TIMEOUT_S = 60.0
 
 
-def _wait_for(paths: list[Path], what: str) -> None:
+def _wait_for(paths: list[Path], what: str, pids: list[int]) -> None:
     deadline = time.monotonic() + STATE_TIMEOUT_S
-    while not all(p.exists() for p in paths):
+    while not all(seen(p, pids) for p in paths):
         if time.monotonic() > deadline:
-            missing = [p.name for p in paths if not p.exists()]
+            missing = [p.name for p in paths if not seen(p, pids)]
             raise SystemExit(f"{what}: no marker {missing} after {STATE_TIMEOUT_S:g} s")
         time.sleep(0.01)
 
 
-def reach(ex: Any, world_size: int, state: str, markers: Path) -> list[Any]:
+def reach(ex: Any, world_size: int, state: str, markers: Path, pids: list[int]) -> list[Any]:
     """Bring ``ex`` to ``state``; returns what must stay referenced (the futures)."""
     if state == "idle":
         return []
     if state == "call_running":
         future = ex.collective_rpc(probes.sleep_marked, args=(str(markers), 3600.0), non_block=True)
-        _wait_for([markers / f"rank-{r}" for r in range(world_size)], "the call did not start in every worker")
+        _wait_for([markers / f"rank-{r}" for r in range(world_size)], "the call did not start in every worker", pids)
         return [future]
     if state == "replies_backed_up":
         futures = []
@@ -70,25 +72,26 @@ def reach(ex: Any, world_size: int, state: str, markers: Path) -> list[Any]:
         future = ex.collective_rpc(
             probes.hang_in_native_code_on_rank, args=(world_size - 1, str(marker)), non_block=True
         )
-        _wait_for([marker], f"rank {world_size - 1} did not hang")
+        _wait_for([marker], f"rank {world_size - 1} did not hang", pids)
         return [future]
     raise SystemExit(f"unknown state {state!r}, expected one of {STATES}")
 
 
 def main() -> None:
-    spec, world_size, start_method, pid_file, state = (
+    spec, world_size, start_method, pid_file, state, nodes = (
         sys.argv[1],
         int(sys.argv[2]),
         sys.argv[3],
         sys.argv[4],
         sys.argv[5] if len(sys.argv) > 5 else "idle",
+        int(sys.argv[6]) if len(sys.argv) > 6 else 1,
     )
-    ex = load_backend(spec).factory(ExecutorConfig(world_size, start_method=start_method))
-    pids = [int(p) for p in ex.collective_rpc(probes.pid)]
+    ex = load_backend(spec).factory(ExecutorConfig(world_size, start_method=start_method, nodes=nodes))
+    pids = worker_pids(ex)
     _write(pid_file, json.dumps(pids))
     markers = Path(pid_file + ".markers")
     markers.mkdir()
-    in_flight = reach(ex, world_size, state, markers)
+    in_flight = reach(ex, world_size, state, markers, pids)
     _write(pid_file + ".reached", state)
     time.sleep(3600)
     del in_flight

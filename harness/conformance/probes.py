@@ -10,6 +10,9 @@ import os
 import time
 from typing import Any
 
+from harness.conformance._markers import leave
+from harness.system.pids import pid_namespace
+
 
 def rank(worker: Any) -> int:
     return int(worker.rank)
@@ -17,6 +20,12 @@ def rank(worker: Any) -> int:
 
 def pid(worker: Any) -> int:
     return os.getpid()
+
+
+def process(worker: Any) -> tuple[int, int]:
+    """The rank's pid and its PID namespace (an inode): the caller finds the
+    process by both (a rank on a simulated node has a pid of its node's)."""
+    return os.getpid(), pid_namespace()
 
 
 def hostname(worker: Any) -> str:
@@ -45,7 +54,7 @@ def sleep_marked(worker: Any, marker_dir: str, seconds: float) -> int:
     sleep: the caller learns that the call runs in every worker, not just that it was sent."""
     from pathlib import Path
 
-    Path(marker_dir, f"rank-{int(worker.rank)}").touch()
+    leave(Path(marker_dir, f"rank-{int(worker.rank)}"))
     time.sleep(seconds)
     return int(worker.rank)
 
@@ -350,7 +359,7 @@ def all_reduce_without_rank(
     import torch.distributed as dist
 
     dist.barrier()
-    Path(marker_dir, f"rank-{worker.rank}").touch()
+    leave(Path(marker_dir, f"rank-{worker.rank}"))
     if worker.rank == absent:
         time.sleep(3600)
     t = torch.ones(1, device=torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else "cpu")
@@ -375,7 +384,6 @@ def hang_in_native_code_on_rank(worker: Any, rank: int, marker: str) -> int:
         return int(worker.rank)
     import ctypes
     import signal
-    from pathlib import Path
 
     libc = ctypes.CDLL(None, use_errno=True)
     libc.signal.restype = ctypes.c_void_p
@@ -384,7 +392,7 @@ def hang_in_native_code_on_rank(worker: Any, rank: int, marker: str) -> int:
     if libc.signal(int(signal.SIGTERM), sig_ign) == ctypes.c_void_p(-1).value:
         raise OSError(ctypes.get_errno(), "signal(SIGTERM, SIG_IGN) failed")
     read_end, write_end = os.pipe()  # write_end stays open in this frame: the read never ends
-    Path(marker).touch()
+    leave(marker)
     os.read(read_end, 1)
     os.close(write_end)
     return int(worker.rank)

@@ -37,6 +37,7 @@ from harness.conformance._faults import (
     victim,
 )
 from harness.conformance._tensor_parallel import check_decoder_stages, check_greedy_tokens
+from harness.conformance._workers import worker_pids
 from harness.conformance.test_process_group import expected_collectives
 from harness.system import gpus
 
@@ -64,8 +65,7 @@ def _watched(backend: Any, world_size: int, start_method: str, gpus_freed: set[i
 
     ex = backend.factory(_cuda_config(world_size, start_method))
     try:
-        ranks = bounded(lambda: ex.collective_rpc(probes.pid), 60, "collective_rpc(pid)")
-        gpus_freed.update({int(p) for p in ranks} | {c.pid for c in psutil.Process().children(recursive=True)})
+        gpus_freed.update(set(worker_pids(ex)) | {c.pid for c in psutil.Process().children(recursive=True)})
         yield ex
     finally:
         bounded(ex.shutdown, 30, "shutdown()")

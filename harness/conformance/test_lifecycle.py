@@ -31,6 +31,8 @@ from harness.conformance._checks import (
     token,
     wait_until,
 )
+from harness.conformance._markers import seen
+from harness.conformance._workers import worker_pids
 from harness.system import leaks
 
 pytestmark = pytest.mark.timeout(300)
@@ -53,7 +55,7 @@ def _ranks(ex: Any, what: str) -> Any:
 
 
 def _worker_pids(ex: Any) -> list[int]:
-    return [int(p) for p in bounded(functools.partial(ex.collective_rpc, probes.pid), 60, "collective_rpc(pid)")]
+    return worker_pids(ex)
 
 
 def _remote_pids(ex: Any) -> list[int]:
@@ -121,7 +123,7 @@ def _hang_a_worker(ex: Any, tmp_path: Path, call: Callable[[Any, tuple[Any, ...]
     rank = apart[-1]
     marker = tmp_path / f"rank-{rank}-hangs"
     call(probes.hang_in_native_code_on_rank, (rank, str(marker)))
-    assert wait_until(marker.exists, 60), f"rank {rank} did not reach the hang within 60 s"
+    assert wait_until(lambda: seen(marker, pids), 60), f"rank {rank} did not reach the hang within 60 s"
     time.sleep(0.2)  # from the marker to the blocking read
     return rank
 

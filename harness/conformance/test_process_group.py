@@ -19,8 +19,38 @@ def test_c14_worker_rank_is_the_process_group_rank_one_process_per_rank(executor
     expect_equal([i[0] for i in info], list(range(world_size)), "worker.rank per entry")
     expect_equal([i[1] for i in info], list(range(world_size)), "torch.distributed.get_rank() per entry")
     expect_equal({i[2] for i in info}, {world_size}, "torch.distributed.get_world_size()")
-    pids = [i[3] for i in info]
-    assert len(set(pids)) == world_size, f"got pids {pids}, expected one process per rank"
+    # On different machines two processes may have one pid: a process is its pid and PID namespace.
+    processes = [tuple(p) for p in executor.collective_rpc(probes.process)]
+    assert len(set(processes)) == world_size, f"got (pid, PID namespace) {processes}, expected one process per rank"
+
+
+@pytest.mark.clause("C14")
+def test_c14_ranks_run_node_by_node_on_as_many_machines_as_nodes(
+    executor: Any, world_size: int, executor_config: Any
+) -> None:
+    """nodes=k: world_size/k ranks on each of k machines, rank r on node
+    r // (world_size/k); nodes=1: every rank on the caller's machine."""
+    import socket
+
+    hosts = executor.collective_rpc(probes.hostname)
+    nodes = executor_config.nodes
+    if nodes == 1:
+        caller = socket.gethostname()
+        elsewhere = {rank: host for rank, host in enumerate(hosts) if host != caller}
+        assert not elsewhere, f"nodes=1, but these ranks run off the caller's machine {caller!r}: {elsewhere}"
+        return
+    per = world_size // nodes
+    layout = [hosts[node * per : (node + 1) * per] for node in range(nodes)]
+    mixed = {node: ranks for node, ranks in enumerate(layout) if len(set(ranks)) != 1}
+    assert not mixed, (
+        f"nodes={nodes}: ranks r of node r // {per} must share one machine; machines per node's ranks: {mixed} "
+        f"(all ranks' machines: {hosts})"
+    )
+    machines = [ranks[0] for ranks in layout]
+    assert len(set(machines)) == nodes, (
+        f"nodes={nodes}: the ranks run on {len(set(machines))} machine(s), not {nodes}: "
+        f"node by node {machines} (all ranks' machines: {hosts})"
+    )
 
 
 def expected_collectives(n: int) -> dict[str, Any]:

@@ -34,7 +34,7 @@ import os
 import shutil
 import subprocess
 from collections.abc import Callable, Generator, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -44,7 +44,14 @@ from harness.conformance.sample import SAMPLE
 from harness.contract import CLAUSES, Executor, ExecutorConfig
 from harness.pytest_plugin import residue as _residue
 from harness.pytest_plugin.expected import leak_key, mark_known_failures
-from harness.pytest_plugin.isolation import IsolatedTest, prepare_parent, run_isolated, skipped_report, timeout_of
+from harness.pytest_plugin.isolation import (
+    WORLD_KEY,
+    IsolatedTest,
+    prepare_parent,
+    run_isolated,
+    skipped_report,
+    timeout_of,
+)
 from harness.pytest_plugin.options import (
     NO_BACKEND,
     Options,
@@ -64,6 +71,9 @@ from harness.report import ClauseMatrix, machine_settings
 from harness.system.nodes import unavailable_reason
 from harness.system.reaper import Reaper
 
+if TYPE_CHECKING:
+    from harness.executors.ray.simulated_cluster import SimulatedCluster
+
 __all__ = ["Variant", "gpu_count"]
 
 matrix_key = pytest.StashKey[ClauseMatrix]()
@@ -76,6 +86,8 @@ _missing_key = pytest.StashKey[str]()
 #: Whether the session has tests that run isolated (the plugin's own to run).
 _isolated_key = pytest.StashKey[bool]()
 _SHUTDOWN_S = 30.0
+#: Logical CPUs of each simulated node: room for the ranks of a few executors at once.
+_NODE_CPUS = 16
 
 
 class _Sessions:
@@ -86,6 +98,7 @@ class _Sessions:
     def __init__(self) -> None:
         self._stack = contextlib.ExitStack()
         self._env: dict[str, Mapping[str, str] | BaseException] = {}
+        self._clusters: dict[int, SimulatedCluster | BaseException] = {}
         self._owner = os.getpid()
 
     def ensure(self, backend: LoadedBackend) -> None:
@@ -104,6 +117,52 @@ class _Sessions:
         if isinstance(env, BaseException):
             pytest.fail(f"backend {backend.name!r}: its run-wide session could not start: {env}", pytrace=False)
         return env
+
+    def ensure_nodes(self, count: int) -> None:
+        """A Ray cluster on ``count`` simulated nodes, for the run's variants of
+        that many nodes; none where ``RAY_ADDRESS`` names a cluster (they run there)."""
+        if count in self._clusters or os.getpid() != self._owner or os.environ.get("RAY_ADDRESS"):
+            return
+        try:
+            from harness.executors.ray.simulated_cluster import SimulatedCluster
+
+            self._clusters[count] = self._stack.enter_context(SimulatedCluster.start(count, _NODE_CPUS))
+        except Exception as exc:  # noqa: BLE001 - its tests fail with it; the run goes on
+            self._clusters[count] = exc
+
+    def heal(self, count: int) -> None:
+        """Bring back the nodes of the simulated cluster of ``count`` nodes that a
+        test's fault took (C8's node checks kill one, or cut it off), before the
+        next test drives it; a cluster that cannot be healed fails later tests."""
+        cluster = self._clusters.get(count)
+        if cluster is None or isinstance(cluster, BaseException) or os.getpid() != self._owner:
+            return
+        try:
+            cluster.heal()
+        except Exception as exc:  # noqa: BLE001 - its tests fail with it; the run goes on
+            self._clusters[count] = RuntimeError(f"a node lost in an earlier test could not be brought back: {exc}")
+
+    def world(self, count: int) -> int | None:
+        """The host pid of the world's init of the simulated cluster of ``count``
+        nodes (a test process of its variants joins the world), if one runs."""
+        cluster = self._clusters.get(count)
+        return None if cluster is None or isinstance(cluster, BaseException) else cluster.nodes.world_pid
+
+    def nodes_env(self, count: int) -> Mapping[str, str]:
+        """The environment for a test of a ``count``-node variant; fails the test
+        if its cluster did not start, skips it where it cannot reach the cluster."""
+        self.ensure_nodes(count)
+        cluster = self._clusters.get(count)
+        if cluster is None:
+            return {}  # RAY_ADDRESS: the test drives the cluster it names
+        if isinstance(cluster, BaseException):
+            pytest.fail(f"the simulated cluster of {count} nodes could not start: {cluster}", pytrace=False)
+        if os.getpid() == self._owner:
+            pytest.skip(
+                f"a driver of simulated nodes runs in a test process of its own, and this run has none "
+                f"(--harness-no-isolate, or no fork here): it cannot reach the {count} nodes"
+            )
+        return cluster.driver_settings()
 
     def close(self) -> None:
         if os.getpid() == self._owner:
@@ -218,7 +277,8 @@ def backend(harness_variant: Variant, request: pytest.FixtureRequest) -> Iterato
     variant's own config is remembered, so that the variant's later tests are
     not run (one failing factory is reported once per variant, not per test)."""
     loaded = harness_variant.backend
-    env = request.config.stash[sessions_key].env(loaded)
+    sessions = request.config.stash[sessions_key]
+    env = sessions.nodes_env(harness_variant.nodes) if harness_variant.nodes > 1 else sessions.env(loaded)
     plain = ExecutorConfig(
         world_size=harness_variant.world_size, start_method=harness_variant.start_method, nodes=harness_variant.nodes
     )
@@ -406,9 +466,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         variant = variant_of(item)
         if isinstance(variant, Variant) and variant.nodes > 1 and variant.backend.supports_nodes(variant.nodes):
             if nodes_missing is None:
-                nodes_missing = multi_node_unavailable()
+                nodes_missing = multi_node_unavailable(opts.isolate) or ""
             reason = nodes_missing
-            if opts.require_nodes:
+            if not reason:
+                pass
+            elif opts.require_nodes:
                 item.stash[_missing_key] = f"{reason}, and --require-nodes demands multi-node runs"
             else:
                 item.add_marker(pytest.mark.skip(reason=reason))
@@ -433,18 +495,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             items[:] = [i for i in items if _in_sample(i, opts)]
 
 
-def multi_node_unavailable() -> str:
-    """Why a multi-node variant of a backend that declares it cannot run here."""
+def multi_node_unavailable(isolate: bool) -> str | None:
+    """Why a multi-node variant of a backend that declares it cannot run here,
+    or None: it runs on simulated nodes, or on the cluster ``RAY_ADDRESS`` names.
+    ``isolate``: whether the run gives each test a process of its own (a driver
+    of simulated nodes must be one: it joins their network)."""
+    if os.environ.get("RAY_ADDRESS"):
+        return None
     missing = unavailable_reason()
-    if missing is not None and not os.environ.get("RAY_ADDRESS"):
+    if missing is not None:
         root = "needs root for network namespaces"
         return missing if missing.startswith(root) else f"{root} (simulated nodes: {missing})"
-    # The checks that kill, count or look at a worker's processes reach the
-    # caller's machine only; run across nodes they would judge the wrong processes.
-    return (
-        "this harness does not run a backend across nodes yet: its fault and leak checks reach "
-        "the caller's machine only"
-    )
+    if not isolate or not hasattr(os, "fork"):
+        return (
+            "runs across nodes (simulated here) only in a test process of its own, joined to their network, "
+            "and this run gives tests none (--isolate no)"
+        )
+    return None
 
 
 def _in_sample(item: pytest.Item, opts: Options) -> bool:
@@ -500,7 +567,15 @@ def _reported_before_fork(item: pytest.Item) -> bool:
     variant = variant_of(item)
     if not isinstance(variant, Variant):
         return False
-    item.config.stash[sessions_key].ensure(variant.backend)
+    sessions = item.config.stash[sessions_key]
+    if variant.nodes > 1:
+        sessions.ensure_nodes(variant.nodes)
+        sessions.heal(variant.nodes)
+        world = sessions.world(variant.nodes)
+        if world is not None:
+            item.stash[WORLD_KEY] = world
+    else:
+        sessions.ensure(variant.backend)
     failed = item.config.stash[collector_key].factory_failures.get(variant.id)
     if failed is None:
         return False

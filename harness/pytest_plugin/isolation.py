@@ -27,15 +27,18 @@ import pytest
 
 from harness.pytest_plugin.options import Options
 from harness.system import leaks, leftovers
+from harness.system.leaks import SHM_DIR
 from harness.system.load import load_per_cpu, load_scale
 from harness.system.reaper import Reaper, reap
 from harness.system.stacks import STACKS_DIR_ENV
 from harness.system.stacks import collect as collect_stacks
 from harness.system.stacks import register as register_stacks
+from harness.system.world import enter as enter_world
 
 __all__ = [
     "LOAD_PROPERTY",
     "REMOVED_PROPERTY",
+    "WORLD_KEY",
     "IsolatedTest",
     "prepare_parent",
     "run_isolated",
@@ -47,6 +50,9 @@ __all__ = [
 REMOVED_PROPERTY = "harness_removed"
 #: The user property on a test's reports: the machine's load per CPU as the test ended.
 LOAD_PROPERTY = "harness_load"
+#: On an item whose test runs as a driver of simulated nodes: the host pid of
+#: their world's init, whose namespaces the test process joins (harness.system.world).
+WORLD_KEY = pytest.StashKey[int]()
 
 #: What the pytest process imports once, before the first test process forks,
 #: so that no test process pays for it again (torch: about a second each).
@@ -174,6 +180,18 @@ class IsolatedTest:
             if self._reaper is not None:
                 self._reaper.close_in_child()
             os.setpgid(0, 0)
+            # First, while this process has one thread (mount namespaces take no other).
+            world = self.item.stash.get(WORLD_KEY, None)
+            carry: tuple[str, ...] = ()
+            if world is not None:
+                try:
+                    enter_world(world)
+                except OSError as exc:
+                    with open(self._results, "w", encoding="utf-8") as out:
+                        json.dump({"error": f"the test process could not join the simulated nodes' world: {exc}"}, out)
+                    raise
+                # The cluster's files for drivers (its head's Ray folder) stay in sight.
+                carry = tuple(sorted(os.listdir(SHM_DIR)))
             _in_child()
             # Whatever this test starts carries a tag that begins with this pid:
             # the reaper finds it even where it left the group (setsid).
@@ -182,7 +200,7 @@ class IsolatedTest:
             tempfile.tempdir = self._test_tmp
             os.environ["TMPDIR"] = self._test_tmp
             keep = bool(self.item.config.getoption("harness_keep_leftovers", False))
-            why_shared = "kept for debugging (--harness-keep-leftovers)" if keep else leftovers.enter_private_shm()
+            why_shared = "kept for debugging (--harness-keep-leftovers)" if keep else leftovers.enter_private_shm(carry)
             shm_before = None if why_shared is None else leaks.shm_segments(include_semaphores=True)
             os.environ[STACKS_DIR_ENV] = self._stacks_dir  # workers of the built-in backends dump there too
             register_stacks(self._stacks_dir)  # the parent asks with SIGUSR1 before it kills us
@@ -197,7 +215,7 @@ class IsolatedTest:
                 reports = runtestprotocol(self.item, log=False, nextitem=None)
             data = [config.hook.pytest_report_to_serializable(config=config, report=r) for r in reports]
             ours = {os.getpid(), *leaks.started_by(os.getpid(), leaks.tag())}
-            left = leftovers.what_was_left(self._test_tmp, shm_before, ours)
+            left = leftovers.what_was_left(self._test_tmp, shm_before, ours, carry)
             if not keep:
                 leftovers.remove(left, self._test_tmp)
             how = "a /dev/shm of its own" if why_shared is None else f"/dev/shm by a diff ({why_shared})"
@@ -280,6 +298,8 @@ class IsolatedTest:
         try:
             config = item.config
             written = json.loads(raw)
+            if "error" in written:
+                return [_synthetic(item, "setup", written["error"])]
             data, left, how = written["reports"], written["left"], written["shm"]
             reports = [config.hook.pytest_report_from_serializable(config=config, data=d) for d in data]
             for report in reports:

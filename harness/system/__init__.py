@@ -4,7 +4,8 @@ what a test's processes left and its removal (``leftovers``), its GPUs (``gpus``
 stacks at a hang (``stacks``), its environment (``environ``), which modules
 it can import (``modules``), how busy the machine is and how far the suite's
 own waits stretch with it (``load``), simulated nodes in network namespaces
-behind a private bridge (``nodes``), a signal from the kernel when a
+behind a private bridge (``nodes``), a test process joining their world
+(``world``), a worker's pid as the caller sees it (``pids``), a signal from the kernel when a
 process's parent dies (``parent_death``); and the reaper (``reaper``), the process that
 ends what a dying test run leaves behind (it runs as ``python -m``, so it
 lives where no ``__init__.py`` imports it before runpy does).

@@ -31,17 +31,19 @@ from harness.system.leaks import PYTEST_TMP_PREFIX, SEMAPHORE_PREFIX, SHM_DIR
 __all__ = ["Leftovers", "enter_private_shm", "is_semaphore", "remove", "what_was_left"]
 
 _CLONE_NEWNS = 0x00020000
-_MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 2, 4, 1 << 14, 1 << 18
+_MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_REC, _MS_PRIVATE = 2, 4, 4096, 1 << 14, 1 << 18
 
 
 def is_semaphore(name: str) -> bool:
     return name.startswith(SEMAPHORE_PREFIX)
 
 
-def enter_private_shm() -> str | None:
+def enter_private_shm(carry: tuple[str, ...] = ()) -> str | None:
     """Give this process (and all it starts from now on) a ``/dev/shm`` of its
     own: a new mount namespace with a fresh tmpfs there, gone with its last
-    process. Returns None on success, else why not (not root, no namespaces)."""
+    process, with the entries ``carry`` of the one before bound into it (a
+    cluster's files a driver needs). Returns None on success, else why not (not
+    root, no namespaces)."""
     if not hasattr(os, "fork") or not os.path.isdir(SHM_DIR):
         return f"{SHM_DIR} is not there"
     if os.geteuid() != 0:
@@ -57,10 +59,20 @@ def enter_private_shm() -> str | None:
         check(libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
         # Mounts made here must not propagate back to the machine's namespace.
         check(libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None), "mount --make-rprivate /")
+        # Held open across the mount that hides them, then bound back by fd.
+        held = {name: os.open(os.path.join(SHM_DIR, name), os.O_PATH | os.O_CLOEXEC) for name in carry}
         check(
             libc.mount(b"harness-shm", SHM_DIR.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, b"mode=1777"),
             f"mount tmpfs on {SHM_DIR}",
         )
+        for name, fd in held.items():
+            target = os.path.join(SHM_DIR, name)
+            if os.path.isdir(f"/proc/self/fd/{fd}"):
+                os.mkdir(target)
+            else:
+                open(target, "x").close()
+            check(libc.mount(f"/proc/self/fd/{fd}".encode(), target.encode(), None, _MS_BIND, None), f"bind {target}")
+            os.close(fd)
     except (OSError, AttributeError) as exc:
         return str(exc)
     return None
@@ -96,14 +108,17 @@ def _size(path: str) -> int:
         return 0
 
 
-def what_was_left(tmp_dir: str, shm_before: set[str] | None, ours: set[int] | None = None) -> Leftovers:
+def what_was_left(
+    tmp_dir: str, shm_before: set[str] | None, ours: set[int] | None = None, carried: tuple[str, ...] = ()
+) -> Leftovers:
     """What is in ``tmp_dir`` (pytest's own folders aside) and in ``/dev/shm``:
     all of it where ``shm_before`` is None (a private ``/dev/shm``), else what
-    is new since ``shm_before`` and mapped by no process outside ``ours``."""
+    is new since ``shm_before`` and mapped by no process outside ``ours``;
+    never the entries ``carried`` into a private one."""
     left = Leftovers()
     with contextlib.suppress(OSError):
         left.files = sorted(n for n in os.listdir(tmp_dir) if not n.startswith(PYTEST_TMP_PREFIX))
-    names = leaks.shm_segments(include_semaphores=True)
+    names = leaks.shm_segments(include_semaphores=True) - set(carried)
     if shm_before is not None:
         names = {n for n in names - shm_before if not leaks.mapped_outside(n, ours or {os.getpid()})}
     for name in sorted(names):

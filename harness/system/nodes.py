@@ -53,7 +53,17 @@ from typing import Any
 
 from harness.system.parent_death import signal_on_parent_death
 
-__all__ = ["NODE_HOSTNAME", "NODE_SUBNET", "WORLD_HOSTNAME", "Node", "Nodes", "unavailable_reason"]
+__all__ = [
+    "NODE_HOSTNAME",
+    "NODE_SUBNET",
+    "WORLD_HOSTNAME",
+    "Node",
+    "Nodes",
+    "cut_machine",
+    "kill_machine",
+    "machine_processes",
+    "unavailable_reason",
+]
 
 #: The simulated nodes' subnet. Any would do: the world namespace has no link to
 #: the host's, so an address here can never meet one of the host's networks.
@@ -123,6 +133,51 @@ def _children(pid: int) -> list[int]:
             with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as f:
                 out += [int(c) for c in f.read().split()]
     return out
+
+
+def _init_of_namespace(pid: int) -> bool:
+    """Whether ``pid`` is PID 1 of its own PID namespace (a machine's init)."""
+    with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("NSpid:"):
+                return int(line.split()[-1]) == 1
+    return False
+
+
+def machine_processes(pid: int) -> list[int]:
+    """Every process of the machine ``pid`` runs on, a simulated node (its PID
+    namespace), but its init; refuses the caller's own machine."""
+    if _ns(pid, "pid") == _ns(os.getpid(), "pid"):
+        raise ValueError(f"process {pid} runs on the caller's own machine (its PID namespace), not on a node")
+    return [p for p in _members(pid, "pid") if not _init_of_namespace(p)]
+
+
+def kill_machine(pid: int) -> list[int]:
+    """SIGKILL every process of the simulated node ``pid`` runs on, at once, but
+    its init (the machine stays, empty, like one that lost its processes); the pids killed."""
+    victims = machine_processes(pid)
+    for victim in victims:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGKILL)
+    return victims
+
+
+def _links(pid: int) -> list[str]:
+    done = subprocess.run(
+        ["nsenter", "-t", str(pid), "-n", "ip", "-o", "link", "show"], capture_output=True, text=True, check=False
+    )
+    return [line.split(":")[1].strip().split("@")[0] for line in done.stdout.splitlines() if ":" in line]
+
+
+def cut_machine(pid: int, connected: bool = False) -> list[str]:
+    """Take every link but loopback of the machine ``pid`` runs on (its network
+    namespace) down, as a pulled cable does (``connected=True``: up again); the links."""
+    if _ns(pid, "net") == _ns(os.getpid(), "net"):
+        raise ValueError(f"process {pid} shares the caller's network: cutting it would cut the caller")
+    links = [link for link in _links(pid) if link != "lo"]
+    for link in links:
+        Nodes._ip(pid, "link", "set", link, "up" if connected else "down")
+    return links
 
 
 @dataclass
@@ -311,8 +366,25 @@ class Nodes:
         return victims
 
     def cut(self, node: int, connected: bool = False) -> None:
-        """Take node ``node``'s link down (``connected=True``: up again)."""
-        self._ip(self._world_init, "link", "set", f"n{node}", "up" if connected else "down")
+        """Take node ``node``'s link down, at both ends (``connected=True``: up again)."""
+        state = "up" if connected else "down"
+        self._ip(self._world_init, "link", "set", f"n{node}", state)
+        self._ip(self.nodes[node].init, "link", "set", "eth0", state)
+
+    def connected(self, node: int) -> bool:
+        """Whether node ``node``'s link is up at both ends."""
+        ends = [(self._world_init, f"n{node}"), (self.nodes[node].init, "eth0")]
+        for pid, link in ends:
+            done = subprocess.run(
+                ["nsenter", "-t", str(pid), "-n", "ip", "-o", "link", "show", "dev", link],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            flags = done.stdout.split("<", 1)[-1].split(">", 1)[0].split(",")
+            if "UP" not in flags:
+                return False
+        return True
 
     def close(self) -> None:
         """SIGKILL the inits of the nodes and the world: the kernel takes every

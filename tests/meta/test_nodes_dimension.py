@@ -11,6 +11,9 @@ import json
 
 import pytest
 
+from harness.system.modules import module_installed
+from harness.system.nodes import unavailable_reason
+
 pytestmark = pytest.mark.timeout(300)
 
 BACKENDS = """
@@ -24,16 +27,23 @@ spans_nodes.nodes = (1, 2)
 """
 
 SUITE = """
+import os, socket
 import pytest
 
 @pytest.mark.clause("C14")
 def test_the_config_carries_the_variants_node_count(backend, executor_config, world_size, harness_variant):
     assert executor_config.nodes == harness_variant.nodes
     assert executor_config.world_size == world_size
+    if executor_config.nodes > 1:
+        # A driver of the simulated nodes: on their world's machine, pointed at their cluster.
+        assert socket.gethostname() == "harness-world", socket.gethostname()
+        assert os.environ["RAY_ADDRESS"].startswith("10.213.0."), os.environ.get("RAY_ADDRESS")
 """
 
 
-def _run(pytester: pytest.Pytester, backend: str, *args: str) -> tuple[pytest.RunResult, dict[str, dict[str, dict]]]:
+def _run(
+    pytester: pytest.Pytester, backend: str, *args: str, isolate: str = "no"
+) -> tuple[pytest.RunResult, dict[str, dict[str, dict]]]:
     pytester.makepyfile(fake_backends=BACKENDS, test_suite=SUITE)
     path = pytester.path / "report.json"
     result = pytester.runpytest_subprocess(
@@ -44,7 +54,7 @@ def _run(pytester: pytest.Pytester, backend: str, *args: str) -> tuple[pytest.Ru
         "--start-method",
         "spawn",
         "--isolate",
-        "no",
+        isolate,
         "-p",
         "no:cacheprovider",
         "-rs",
@@ -79,6 +89,18 @@ def test_a_declared_node_count_that_cannot_run_here_reads_not_run_with_the_reaso
     assert "across nodes" in json.dumps(cell) or "network namespaces" in json.dumps(cell)
     assert result.ret != 0, "a run whose every check was not run read green"
     result.stdout.fnmatch_lines(["*NOTHING CHECKED for backend 'fake_backends:spans_nodes'*"])
+
+
+@pytest.mark.skipif(unavailable_reason() is not None, reason=f"simulated nodes: {unavailable_reason()}")
+@pytest.mark.skipif(not module_installed("ray"), reason="ray is not installed")
+def test_a_declared_node_count_runs_its_tests_as_drivers_of_simulated_nodes(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    result, cells = _run(pytester, "spans_nodes", "--nodes", "2", isolate="yes")
+    cell = cells["C14"]["fake_backends:spans_nodes ws2 cpu 2 nodes"]
+    assert cell["outcome"] == "pass", json.dumps(cell)
+    assert result.ret == 0
 
 
 def test_without_namespaces_the_reason_is_root_for_network_namespaces(

@@ -2,14 +2,20 @@
 
 Each node is a set of namespaces of :class:`harness.system.nodes.Nodes` (its
 own address, ``/tmp``, ``/dev/shm`` and processes); the caller runs in the
-world, the machine that holds the bridge, as a driver does on a login node
-that joined the cluster::
+world, the machine that holds the bridge and the cluster's head with no CPUs
+of its own, as a driver does on a head node that runs no tasks::
 
-    world 10.213.0.254 ── caller (driver) ── raylet, 0 CPUs (a driver needs a raylet on its machine)
+    world 10.213.0.254 ── caller (driver) ── ray start --head, 0 CPUs: GCS, raylet
       │ bridge
-      ├─ node 0  10.213.0.1: ray start --head: GCS, raylet, agents, workers
-      ├─ node 1  10.213.0.2: ray start --address 10.213.0.1:6379: raylet, agents, workers
+      ├─ node 0  10.213.0.1: ray start --address 10.213.0.254:6379: raylet, agents, workers
+      ├─ node 1  10.213.0.2: the same
       └─ …
+
+The head is the driver's machine for two reasons: a node may then die (every
+node can be killed, as every rank's machine can) without the cluster's GCS;
+and a driver that sees every node's processes (the suite's test processes, in
+the host's PID namespace) takes the head's raylet for its own among the
+raylets it finds, as Ray picks the head where several run on one host.
 
 Ray's token authentication stays on, with a token of the cluster's own,
 written into each machine's private files (nodes share no file system). Ray's
@@ -43,6 +49,9 @@ _NODE_RAY_DIR = "/tmp/hray"
 _TOKEN_FILE = "auth_token"
 _LOG_FILE = "ray-start.log"
 _OBJECT_STORE_BYTES = 200 * 1024 * 1024
+#: How often, and how patiently, the head checks that a node is alive.
+HEALTH_CHECK_PERIOD_MS = 1000
+HEALTH_CHECK_TIMEOUT_MS = 2000
 # The caller's temporary folder is a path on the host: nodes do not have it.
 _HOST_ONLY_ENV = ("TMPDIR", "RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_TMPDIR")
 
@@ -57,24 +66,22 @@ class SimulatedCluster:
     nodes: Nodes
     cpus_per_node: int
     _token: str = field(default_factory=lambda: secrets.token_hex(32), repr=False)
-    _starts: list[Popen[bytes]] = field(default_factory=list)
+    _starts: dict[int | None, Popen[bytes]] = field(default_factory=dict)
 
     @classmethod
     def start(cls, nodes: int, cpus_per_node: int = 2, timeout_s: float = _START_S) -> SimulatedCluster:
-        """Make ``nodes`` nodes and start Ray on them: the head on node 0, a raylet
-        with ``cpus_per_node`` logical CPUs on each, and one with none in the world."""
+        """Make ``nodes`` nodes and start Ray: the head, with no CPUs, in the world,
+        and a raylet with ``cpus_per_node`` logical CPUs on each node."""
         if cpus_per_node < 1:
             raise ValueError(f"SimulatedCluster: cpus_per_node must be >= 1, got {cpus_per_node!r}")
         cluster = cls(Nodes(nodes), cpus_per_node)
         try:
             deadline = time.monotonic() + timeout_s
-            cluster._ray_start(0, ["--head", "--include-dashboard=false", f"--port={_GCS_PORT}"])
-            cluster._ready([0], deadline)
-            others = list(range(1, nodes))
-            for node in others:
+            cluster._ray_start(None, ["--head", "--include-dashboard=false", f"--port={_GCS_PORT}"])
+            cluster._ready([None], deadline)
+            for node in range(nodes):
                 cluster._ray_start(node, [f"--address={cluster.address}"])
-            cluster._ray_start(None, [f"--address={cluster.address}"])
-            cluster._ready([*others, None], deadline)
+            cluster._ready(list(range(nodes)), deadline)
         except BaseException:
             cluster.stop()
             raise
@@ -82,8 +89,8 @@ class SimulatedCluster:
 
     @property
     def address(self) -> str:
-        """The GCS address drivers and raylets connect to (node 0's)."""
-        return f"{self.nodes.nodes[0].address}:{_GCS_PORT}"
+        """The GCS address drivers and raylets connect to (the head's, in the world)."""
+        return f"{self.nodes.world_address}:{_GCS_PORT}"
 
     def _ray_dir(self, node: int | None) -> str:
         return _WORLD_RAY_DIR if node is None else _NODE_RAY_DIR
@@ -101,15 +108,24 @@ class SimulatedCluster:
             RAY_USAGE_STATS_ENABLED="0",
             # The cluster ends with its namespaces: no 30 s drain on SIGTERM.
             RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S="0",
+            # The head's GCS calls a node dead after 5 missed health checks; with
+            # Ray's defaults (every 3 s, 10 s each) a node cut off is noticed after
+            # 50 s or more, here after 15 s at most: C8's 30 s for a lost node
+            # assumes a cluster that notices one (README, "Nodes").
+            RAY_health_check_period_ms=str(HEALTH_CHECK_PERIOD_MS),
+            RAY_health_check_timeout_ms=str(HEALTH_CHECK_TIMEOUT_MS),
+            RAY_health_check_failure_threshold="5",
         )
         return env
 
     def _ray_start(self, node: int | None, role: list[str]) -> None:
         folder = self._host_path(node, self._ray_dir(node))
-        os.makedirs(folder, mode=0o700)
-        fd = os.open(os.path.join(folder, _TOKEN_FILE), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.makedirs(folder, mode=0o700, exist_ok=True)  # there already where Ray starts again (heal)
+        fd = os.open(os.path.join(folder, _TOKEN_FILE), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="ascii") as f:
             f.write(self._token)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(folder, _LOG_FILE))  # an earlier start's "started" is not this one's
         address = self.nodes.world_address if node is None else self.nodes.nodes[node].address
         argv = [
             sys.executable,
@@ -127,8 +143,8 @@ class SimulatedCluster:
         ]
         # The log is in the node's own files; read from here through /proc.
         shell = ["sh", "-c", f'exec "$@" > {self._ray_dir(node)}/{_LOG_FILE} 2>&1', "ray-start", *argv]
-        self._starts.append(
-            self.nodes.popen(node, shell, env=self._node_env(node), stdin=DEVNULL, stdout=DEVNULL, stderr=DEVNULL)
+        self._starts[node] = self.nodes.popen(
+            node, shell, env=self._node_env(node), stdin=DEVNULL, stdout=DEVNULL, stderr=DEVNULL
         )
 
     def _ready(self, nodes: Sequence[int | None], deadline: float) -> None:
@@ -149,13 +165,42 @@ class SimulatedCluster:
             time.sleep(0.2)
 
     def _start_of(self, node: int | None) -> Popen[bytes]:
-        # Started in the order head, other nodes, world.
-        return self._starts[-1 if node is None else node]
+        return self._starts[node]
+
+    def heal(self, timeout_s: float = _START_S) -> list[str]:
+        """Bring back every node a fault took (killed, or cut off), so that the
+        next driver finds the cluster whole: its link up, what survived of its
+        processes killed (Ray has marked the node dead), Ray started on it again.
+        What was healed, in words (empty: nothing was wrong)."""
+        healed: dict[int, str] = {}
+        deadline = time.monotonic() + timeout_s
+        for node in range(len(self.nodes.nodes)):
+            cut = not self.nodes.connected(node)
+            stopped = self._start_of(node).poll() is not None
+            if not (cut or stopped):
+                continue
+            if cut:
+                self.nodes.cut(node, connected=True)
+            self.nodes.kill_node(node)
+            with contextlib.suppress(Exception):
+                self._start_of(node).wait(timeout=10)
+            self._ray_start(node, [f"--address={self.address}"])
+            healed[node] = f"node {node} ({'cut off' if cut else 'its Ray stopped'})"
+        self._ready(list(healed), deadline)
+        return list(healed.values())
+
+    def driver_settings(self) -> dict[str, str]:
+        """Ray's settings a driver in the world needs: the cluster's address, and
+        its token (in the world's files). ``RAY_AUTH_TOKEN`` is emptied: Ray prefers
+        it to the token file (and treats an empty one as unset)."""
+        env = {k: v for k, v in self._node_env(None).items() if k.startswith("RAY_")}
+        env.update(RAY_ADDRESS=self.address, RAY_AUTH_TOKEN="")
+        return env
 
     def driver_env(self) -> dict[str, str]:
-        """What a driver in the world needs: the cluster's address and token."""
+        """The environment of a driver in the world: this process's, with :meth:`driver_settings`."""
         env = self._node_env(None)
-        env.update(RAY_ADDRESS=self.address, RAY_AUTH_TOKEN="")
+        env.update(self.driver_settings())
         if "TMPDIR" in os.environ:
             env["TMPDIR"] = os.environ["TMPDIR"]  # the world has the host's /tmp
         return env
