@@ -30,10 +30,15 @@ def test_an_idle_mp_uses_no_cpu_in_the_caller_or_the_workers() -> None:
 
 def test_workers_that_spin_while_idle_show_in_the_descendants_figure() -> None:
     idle = idle_cpu(f"{__name__}:spinning_workers@start_method=fork", 2, 1.0)
+    quiet = idle_cpu("mp@start_method=fork", 2, 1.0)
     # Two workers yielding in a loop on two cores: well over half a core on a
     # quiet machine; a busy one gives them a share that shrinks with its load
-    # (45 % beside CI's own tests and a Ray cluster), still far above idle's 5 %.
-    assert idle.descendants > 50.0 / load_scale(), f"at {load_per_cpu():.1f} runnable per CPU"
+    # (45 % beside CI's own tests and a Ray cluster, 7 % at 4.7 runnable per
+    # CPU), so they are judged against idle workers measured beside them.
+    load = f"at {load_per_cpu():.1f} runnable per CPU"
+    assert idle.descendants > 50.0 / load_scale() or idle.descendants > max(10 * quiet.descendants, 2.0), (
+        f"spinning workers {idle.descendants:.1f} %, idle ones {quiet.descendants:.1f} %, {load}"
+    )
     assert idle.caller < 5.0
 
 
