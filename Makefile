@@ -12,7 +12,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-vllm install-compat conform test test-core test-vllm test-vllm-full vllm-report lint bench gpu-test gpu-test-vllm
+.PHONY: install install-vllm install-compat conform test test-core test-nodes test-nodes-full test-vllm test-vllm-full vllm-report lint bench gpu-test gpu-test-vllm
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -103,7 +103,7 @@ conform: $(STAMP)
 	$(BIN)/python -m harness conform --backend uni,mp,ray --world-size 1,2,4
 
 ## The tests: the simulated tier (CPU workers on gloo), then vLLM's executors.
-test: test-core test-vllm
+test: test-core test-nodes test-vllm
 
 ## What a user's environment may pair harness with, at the floor of its pytest range:
 ## harness from a wheel, in a fresh venv, beside pytest 7.4 (pyproject.toml's
@@ -123,6 +123,22 @@ $(COMPAT_STAMP): pyproject.toml setup.py Makefile docs/SPEC.md docs/implementers
 	touch $(COMPAT_STAMP)
 
 install-compat: $(COMPAT_STAMP)
+
+## ray across 2 simulated nodes (root: network namespaces): one test of every
+## clause (harness/conformance/sample.py) but C10's ten create/shutdown cycles
+## (110 s here: ten placements of 4 actors across nodes; test-nodes-full has
+## it), the node-by-node placement (C14) and a whole node killed or cut off
+## (C8), on one Ray cluster of simulated nodes.
+## --require-nodes: where nodes cannot be simulated this fails, never reads green.
+## The whole suite across nodes: make test-nodes-full.
+NODES_K = $(shell $(BIN)/python -c 'from harness.conformance.sample import sample_expression as s; print(s())' 2>/dev/null)
+NODES_CONFORM = $(BIN)/python -m pytest -p no:cacheprovider --pyargs harness.conformance -m "not gpu" \
+    --backend ray --world-size 4 --nodes 2 --require-nodes
+test-nodes: $(STAMP)
+	$(call in_own_tmpdir,$(NODES_CONFORM) -k "(($(NODES_K)) and not c10_ten) or node_failing or node_by_node")
+
+test-nodes-full: $(STAMP)
+	$(call in_own_tmpdir,$(NODES_CONFORM))
 
 ## The tests without vLLM (no 3.5 GB install): unit, meta, and the suite for every built-in backend.
 ## --durations: CI's log names the slowest tests, where room for a new check is made.

@@ -521,7 +521,7 @@ def _in_sample(item: pytest.Item, opts: Options) -> bool:
     if not isinstance(variant, Variant) or not opts.samples(variant):
         return True
     name = item.name.lower()
-    return any(part.lower() in name for part in SAMPLE)
+    return any(all(word in name for word in part.lower().split(" and ")) for part in SAMPLE)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -2104,3 +2104,18 @@ unread_replies_block_new_calls = UnreadRepliesBlockNewCalls
 late_reply_to_the_next_call = LateReplyToTheNextCall
 unusable_after_an_unpicklable_result = UnusableAfterAnUnpicklableResult
 second_shutdown_stops_the_others = SecondShutdownStopsTheOthers
+
+
+# ---- across nodes (nodes > 1): ray on simulated nodes --------------------------
+
+
+def ray_ranks_on_one_node(config: ExecutorConfig) -> Any:
+    """C14, "With `nodes=k`, the ranks run on k different machines": asked for
+    k nodes, it packs every rank onto one (``ray`` as for ``nodes=1``), and works."""
+    from harness.executors.ray.executor import RayExecutor
+
+    return RayExecutor(dataclasses.replace(config, nodes=1))
+
+
+ray_ranks_on_one_node.nodes = (1, 2)  # type: ignore[attr-defined]
+ray_ranks_on_one_node.start_methods = ("spawn",)  # type: ignore[attr-defined]

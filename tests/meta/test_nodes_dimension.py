@@ -8,6 +8,9 @@ each test of the generated suite only reads the config the suite gives it.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +18,8 @@ from harness.system.modules import module_installed
 from harness.system.nodes import unavailable_reason
 
 pytestmark = pytest.mark.timeout(300)
+
+ROOT = Path(__file__).resolve().parents[2]
 
 BACKENDS = """
 def one_node(config):
@@ -137,3 +142,45 @@ def test_a_bad_node_count_is_a_usage_error_naming_it_and_where_it_came_from(
         result, _ = _run(pytester, "one_node", "--nodes", value)
         result.stderr.fnmatch_lines([f"*Invalid node count {value!r} from the command line*"])
     assert result.ret == pytest.ExitCode.USAGE_ERROR
+
+
+@pytest.mark.skipif(unavailable_reason() is not None, reason=f"simulated nodes: {unavailable_reason()}")
+@pytest.mark.skipif(not module_installed("ray"), reason="ray is not installed")
+def test_a_backend_that_runs_every_rank_on_one_node_fails_c14s_node_by_node_sentence_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "conform",
+            "--backend",
+            "tests.meta.broken:ray_ranks_on_one_node",
+            "--world-size",
+            "4",
+            "--nodes",
+            "2",
+            "--require-nodes",
+            "-k",
+            "c14 and not cuda",
+            "--report-json",
+            str(report),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
+    cell = json.loads(report.read_text())["clauses"]["C14"]["tests.meta.broken:ray_ranks_on_one_node ws4 cpu 2 nodes"]
+    text = json.dumps(cell)
+    assert cell["outcome"] == "FAIL", text
+    assert "the ranks run on 1 machine(s), not 2" in text, text
+    # Its other C14 check (ranks, one process each) passes: the backend breaks this sentence alone.
+    outcomes = {t["test"].split("[")[0]: t["outcome"] for t in cell["tests"]}
+    assert outcomes["test_c14_ranks_run_node_by_node_on_as_many_machines_as_nodes"] == "FAIL", outcomes
+    assert outcomes["test_c14_worker_rank_is_the_process_group_rank_one_process_per_rank"] == "pass", outcomes

@@ -184,6 +184,10 @@ def test_bench_passes_valid_arguments_on(bench_runs: list[dict[str, Any]]) -> No
     ]
 
 
+def _suite_source() -> str:
+    return "".join(p.read_text() for p in sorted((ROOT / "harness" / "conformance").glob("test_*.py")))
+
+
 def _suite_tests() -> list[str]:
     import ast
 
@@ -199,7 +203,10 @@ def test_the_sample_names_one_test_of_every_clause() -> None:
 
     tests = _suite_tests()
     for part in SAMPLE:
-        assert any(part in t for t in tests), f"sample entry {part!r} matches no test of the suite"
+        # A test's name, then (joined by " and ") parts of its parameters' ids.
+        name, *params = part.split(" and ")
+        assert any(name in t for t in tests), f"sample entry {part!r} matches no test of the suite"
+        assert all(f'"{p}"' in _suite_source() for p in params), f"sample entry {part!r}: no such parameter"
     clauses = [f"C{part[1:].split('_')[0]}" for part in SAMPLE]
     assert sorted(clauses, key=lambda c: int(c[1:])) == [f"C{i}" for i in range(1, 25)], clauses
 
@@ -208,7 +215,7 @@ def test_sample_narrowed_by_k_keeps_both() -> None:
     from harness.conformance.sample import sample_expression
 
     assert sample_expression("mp").endswith(") and (mp)")
-    assert sample_expression().startswith("c1_blocking_call_returns or ")
+    assert sample_expression().startswith("(c1_blocking_call_returns) or ")
 
 
 @pytest.mark.parametrize(
