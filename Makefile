@@ -103,7 +103,10 @@ conform: $(STAMP)
 	$(BIN)/python -m harness conform --backend uni,mp,ray --world-size 1,2,4
 
 ## The tests: the simulated tier (CPU workers on gloo), then vLLM's executors.
-test: test-core test-nodes test-vllm
+## test-nodes runs while vLLM installs (pip: mostly disk), then vLLM's own runs.
+test: test-core
+	$(MAKE) -j2 test-nodes install-vllm
+	$(MAKE) test-vllm
 
 ## What a user's environment may pair harness with, at the floor of its pytest range:
 ## harness from a wheel, in a fresh venv, beside pytest 7.4 (pyproject.toml's

@@ -190,8 +190,10 @@ class IsolatedTest:
                     with open(self._results, "w", encoding="utf-8") as out:
                         json.dump({"error": f"the test process could not join the simulated nodes' world: {exc}"}, out)
                     raise
-                # The cluster's files for drivers (its head's Ray folder) stay in sight.
-                carry = tuple(sorted(os.listdir(SHM_DIR)))
+            # The folders already in /dev/shm (a cluster's files for its drivers, as
+            # the simulated head's Ray folder) stay in sight of a private one.
+            with contextlib.suppress(OSError):
+                carry = tuple(sorted(n for n in os.listdir(SHM_DIR) if os.path.isdir(os.path.join(SHM_DIR, n))))
             _in_child()
             # Whatever this test starts carries a tag that begins with this pid:
             # the reaper finds it even where it left the group (setsid).

@@ -144,43 +144,39 @@ def test_a_bad_node_count_is_a_usage_error_naming_it_and_where_it_came_from(
     assert result.ret == pytest.ExitCode.USAGE_ERROR
 
 
-@pytest.mark.skipif(unavailable_reason() is not None, reason=f"simulated nodes: {unavailable_reason()}")
-@pytest.mark.skipif(not module_installed("ray"), reason="ray is not installed")
+def _across_nodes(tmp_path: Path, backend: str, k: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+    """``conform`` of ``tests.meta.broken:<backend>`` at world size 4 on 2
+    simulated nodes, tests ``k``; its result and its report's clauses."""
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "conform", "--backend", f"tests.meta.broken:{backend}",
+         "--world-size", "4", "--nodes", "2", "--require-nodes", "-k", k, "--report-json", str(report)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert report.exists(), done.stdout[-3000:] + done.stderr[-2000:]
+    return done, json.loads(report.read_text())["clauses"]
+
+
+needs_nodes = [
+    pytest.mark.skipif(unavailable_reason() is not None, reason=f"simulated nodes: {unavailable_reason()}"),
+    pytest.mark.skipif(not module_installed("ray"), reason="ray is not installed"),
+]
+
+
+@needs_nodes[0]
+@needs_nodes[1]
 def test_a_backend_that_runs_every_rank_on_one_node_fails_c14s_node_by_node_sentence_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """On 2 simulated nodes, every rank packed on one node fails C14's
+    node-by-node check; its other C14 check passes."""
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    report = tmp_path / "report.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harness",
-            "conform",
-            "--backend",
-            "tests.meta.broken:ray_ranks_on_one_node",
-            "--world-size",
-            "4",
-            "--nodes",
-            "2",
-            "--require-nodes",
-            "-k",
-            "c14 and not cuda",
-            "--report-json",
-            str(report),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    done, clauses = _across_nodes(tmp_path, "ray_ranks_on_one_node", "c14 and not cuda")
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
-    cell = json.loads(report.read_text())["clauses"]["C14"]["tests.meta.broken:ray_ranks_on_one_node ws4 cpu 2 nodes"]
+    cell = clauses["C14"]["tests.meta.broken:ray_ranks_on_one_node ws4 cpu 2 nodes"]
     text = json.dumps(cell)
     assert cell["outcome"] == "FAIL", text
     assert "the ranks run on 1 machine(s), not 2" in text, text
-    # Its other C14 check (ranks, one process each) passes: the backend breaks this sentence alone.
     outcomes = {t["test"].split("[")[0]: t["outcome"] for t in cell["tests"]}
     assert outcomes["test_c14_ranks_run_node_by_node_on_as_many_machines_as_nodes"] == "FAIL", outcomes
     assert outcomes["test_c14_worker_rank_is_the_process_group_rank_one_process_per_rank"] == "pass", outcomes
