@@ -266,4 +266,3 @@ def test_ray_ranks_run_node_by_node_across_nodes_and_a_killed_node_fails_its_cal
     left = _processes_outside(namespaces)
     assert _settled(lambda: not _processes_outside(namespaces), 15), f"left after stop(): {left}"
     assert _settled(lambda: _network_namespaces() <= namespaces, 15), "namespaces left after stop()"
-
