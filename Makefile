@@ -137,8 +137,13 @@ install-compat: $(COMPAT_STAMP)
 NODES_K = $(shell $(BIN)/python -c 'from harness.conformance.sample import sample_expression as s; print(s())' 2>/dev/null)
 NODES_CONFORM = $(BIN)/python -m pytest -p no:cacheprovider --pyargs harness.conformance -m "not gpu" \
     --backend ray --world-size 4 --nodes 2 --require-nodes
+## Without root (a laptop) it says it did not run and why, and make test goes on.
 test-nodes: $(STAMP)
-	$(call in_own_tmpdir,$(NODES_CONFORM) -k "(($(NODES_K)) and not c10_ten) or node_failing or node_by_node")
+	@if [ "$$(id -u)" != 0 ]; then \
+	    echo "test-nodes: NOT RUN: ray across simulated nodes needs root (network namespaces); CI runs it"; \
+	else \
+	    $(call in_own_tmpdir,$(NODES_CONFORM) -k "(($(NODES_K)) and not c10_ten) or node_failing or node_by_node"); \
+	fi
 
 test-nodes-full: $(STAMP)
 	$(call in_own_tmpdir,$(NODES_CONFORM))
