@@ -26,6 +26,7 @@ from harness.conformance._faults import expect_failure
 from harness.conformance._markers import names_in
 from harness.conformance._workers import worker_pids
 from harness.system.nodes import cut_machine, kill_machine
+from harness.system.pids import pid_namespace
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.exclusive]
 
@@ -43,8 +44,9 @@ def test_c8_a_node_failing_fails_pending_and_later_calls_within_30_s_and_runs_th
     if executor_config.nodes < 2:
         not_applicable("the ranks run on one machine: no node of theirs can fail apart from the caller's")
     rank = world_size - 1  # on the last node
-    pid = worker_pids(executor)[rank]
-    if os.stat(f"/proc/{pid}/ns/pid").st_ino == os.stat("/proc/self/ns/pid").st_ino:
+    pids = worker_pids(executor)
+    pid = pids[rank]
+    if os.stat(f"/proc/{pid}/ns/pid").st_ino == pid_namespace():
         not_applicable(f"rank {rank} runs on the caller's machine: its node cannot fail apart from the caller")
     runs: list[float] = []
     lock = threading.Lock()
@@ -55,7 +57,6 @@ def test_c8_a_node_failing_fails_pending_and_later_calls_within_30_s_and_runs_th
 
     bounded(lambda: executor.register_failure_callback(ran), 10, "register_failure_callback()")
     markers = tmp_path / "started"
-    pids = worker_pids(executor)
     pending = one_future(
         executor.collective_rpc(probes.sleep_marked, args=(str(markers), 600.0), non_block=True),
         "collective_rpc(non_block=True)",

@@ -358,12 +358,7 @@ class Nodes:
     def kill_node(self, node: int) -> list[int]:
         """SIGKILL every process of node ``node`` at once but its init (the node
         stays, empty, like a machine that lost its processes); the pids killed."""
-        init = self.nodes[node].init
-        victims = [p for p in self.nodes[node].pids() if p != init]
-        for pid in victims:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        return victims
+        return kill_machine(self.nodes[node].init)
 
     def cut(self, node: int, connected: bool = False) -> None:
         """Take node ``node``'s link down, at both ends (``connected=True``: up again)."""
