@@ -23,7 +23,8 @@ PY
 # The plugin loads through its entry point where harness is installed, else by name.
 plugin=(-p harness.pytest_plugin)
 "$PY" -c "import importlib.metadata as m, sys; sys.exit(not any(e.name == 'harness' for e in m.entry_points(group='pytest11')))" && plugin=()
-timeout "${GPU_TIER_TIMEOUT:-480}" "$PY" -m pytest "${plugin[@]}" -p no:cacheprovider -m gpu \
+# --harness-sample "": every GPU test of every variant (pyproject.toml's sample is for CI's CPU time).
+timeout "${GPU_TIER_TIMEOUT:-480}" "$PY" -m pytest "${plugin[@]}" -p no:cacheprovider -m gpu --harness-sample "" \
     --backend "${HARNESS_BACKENDS:-uni,mp}" --harness-timeout 150 -rA \
     --report-json "$OUT/gpu.json" --report-md "$OUT/gpu.md" "$@" 2>&1 | tee "$OUT/pytest.log"
 rc=${PIPESTATUS[0]}

@@ -40,35 +40,52 @@ class Exposure:
     #: shared-memory segment -> its mode, where others may open it
     loose_shm: dict[str, str] = field(default_factory=dict)
 
+    #: across nodes, only a socket on every interface is a problem
+    across_nodes: bool = False
+
     def problems(self) -> list[str]:
-        out = [f"{who} listens beyond loopback on {socks}" for who, socks in self.listening.items()]
+        where = "on every interface" if self.across_nodes else "beyond loopback"
+        out = [f"{who} listens {where} on {socks}" for who, socks in self.listening.items()]
         if self.loose_shm:
             out.append(f"shared-memory segments others may open (expected mode 0600): {self.loose_shm}")
         return out
 
     def to_json(self) -> dict[str, Any]:
-        return {"examined": self.examined, "listening": self.listening, "loose_shm": self.loose_shm}
+        return {
+            "examined": self.examined,
+            "listening": self.listening,
+            "loose_shm": self.loose_shm,
+            "across_nodes": self.across_nodes,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Exposure:
         listening = {who: [(str(a), int(p)) for a, p in socks] for who, socks in data["listening"].items()}
-        return cls(list(data["examined"]), listening, dict(data["loose_shm"]))
+        return cls(list(data["examined"]), listening, dict(data["loose_shm"]), bool(data.get("across_nodes")))
 
 
-def _non_loopback(pid: int) -> list[tuple[str, int]]:
+#: The addresses of every interface: where a socket bound to them is reached from anywhere.
+WILDCARDS = ("0.0.0.0", "::", "")
+
+
+def _non_loopback(pid: int, across_nodes: bool = False) -> list[tuple[str, int]]:
+    """What ``pid`` listens on beyond loopback; across nodes, on every interface
+    (a node's own address on the cluster's network is where its peers reach it)."""
     try:
-        return sorted((a, p) for a, p in leaks.listening_sockets(pid) if not leaks.is_loopback(a))
+        socks = [(a, p) for a, p in leaks.listening_sockets(pid) if not leaks.is_loopback(a)]
     except psutil.Error:  # gone meanwhile, or not ours to look at
         return []
+    return sorted((a, p) for a, p in socks if not across_nodes or a in WILDCARDS)
 
 
 def examine(factory: Callable[[ExecutorConfig], Any], config: ExecutorConfig, tag: str) -> Exposure:
     """Start an executor from this (tagged) process, connect its process group,
     and look at everything it started. Shuts the executor down before returning."""
     me = os.getpid()
+    across = config.nodes > 1
     shm_before = leaks.shm_segments()
-    caller_before = set(_non_loopback(me))
-    found = Exposure()
+    caller_before = set(_non_loopback(me, across))
+    found = Exposure(across_nodes=across)
     ex = factory(config)
     try:
         try:
@@ -78,21 +95,23 @@ def examine(factory: Callable[[ExecutorConfig], Any], config: ExecutorConfig, ta
         reported = set(worker_pids(ex))
         pids = sorted((leaks.started_by(me, tag) | reported) - {me})
         found.examined = pids
-        caller_new = sorted(set(_non_loopback(me)) - caller_before)
+        caller_new = sorted(set(_non_loopback(me, across)) - caller_before)
         if caller_new:
             found.listening["the caller"] = caller_new
         for pid in pids:
-            socks = _non_loopback(pid)
+            socks = _non_loopback(pid, across)
             if socks:
                 found.listening[leaks.describe(pid)] = socks
         # The executor's segments: those created meanwhile (unless some process
-        # outside it maps them: another run's), and any its processes map.
+        # outside it maps them: another run's), and any its processes map. On
+        # the nodes only the latter: tests running at once share a node's /dev/shm.
         ours = {me, *pids}
-        segments = {n for n in leaks.shm_segments() - shm_before if not leaks.mapped_outside(n, ours)}
+        created = leaks.shm_segments() - shm_before
+        segments = {n for n in created if not leaks.is_node_segment(n) and not leaks.mapped_outside(n, ours)}
         segments |= leaks.shm_mapped_by(pids)
         for name in sorted(segments):
             try:
-                mode = stat.S_IMODE(os.stat(os.path.join("/dev/shm", name)).st_mode)
+                mode = stat.S_IMODE(os.stat(leaks.shm_path(name)).st_mode)
             except FileNotFoundError:
                 continue
             if mode & 0o077:

@@ -28,7 +28,10 @@ def test_c23_nothing_listens_beyond_loopback_and_shm_is_private(
     except CollectivesFailedError as exc:
         blocked_by("C15", f"the workers' process group could not be connected: {exc}")
     assert not plain.problems(), f"in this machine's network, where the {here}: " + "; ".join(plain.problems())
-    if backend.session is not None:
+    if executor_config.nodes > 1:
+        # Each node is a network namespace of its own already, with an address on the cluster's network.
+        ns = _netns.NetnsRun(unavailable="across nodes, each node is a network namespace of its own already")
+    elif backend.session is not None:
         # Its run-wide resources (a cluster) live in this machine's network, out of the namespace's reach.
         ns = _netns.NetnsRun(unavailable="the backend's run-wide session runs outside any namespace")
     else:

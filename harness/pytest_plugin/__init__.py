@@ -148,6 +148,14 @@ class _Sessions:
         cluster = self._clusters.get(count)
         return None if cluster is None or isinstance(cluster, BaseException) else cluster.nodes.world_pid
 
+    def node_inits(self, count: int) -> dict[str, int]:
+        """The simulated nodes of the cluster of ``count`` nodes, by name ("node 1"):
+        the host pid of each one's init; none where no simulated cluster runs."""
+        cluster = self._clusters.get(count)
+        if cluster is None or isinstance(cluster, BaseException):
+            return {}
+        return {f"node {n.index}": n.init for n in cluster.nodes.nodes}
+
     def nodes_env(self, count: int) -> Mapping[str, str]:
         """The environment for a test of a ``count``-node variant; fails the test
         if its cluster did not start, skips it where it cannot reach the cluster."""
@@ -279,6 +287,11 @@ def backend(harness_variant: Variant, request: pytest.FixtureRequest) -> Iterato
     loaded = harness_variant.backend
     sessions = request.config.stash[sessions_key]
     env = sessions.nodes_env(harness_variant.nodes) if harness_variant.nodes > 1 else sessions.env(loaded)
+    if harness_variant.nodes > 1:
+        from harness.system import leaks
+
+        # C9/C10 across nodes: each node's /dev/shm is checked as this machine's is.
+        leaks.watch_nodes(sessions.node_inits(harness_variant.nodes))
     plain = ExecutorConfig(
         world_size=harness_variant.world_size, start_method=harness_variant.start_method, nodes=harness_variant.nodes
     )
@@ -287,6 +300,17 @@ def backend(harness_variant: Variant, request: pytest.FixtureRequest) -> Iterato
         for key, value in env.items():
             mp.setenv(key, value)
         yield dataclasses.replace(loaded, factory=checked)
+
+
+def _not_started_on_nodes(name: str, config: ExecutorConfig, exc: Exception) -> RuntimeError:
+    """A start-up failure across nodes, with what nodes do not share: the usual
+    reason a backend that starts on one machine does not start on several."""
+    return RuntimeError(
+        f"{name}: the executor did not start on {config.nodes} nodes (world_size={config.world_size}): "
+        f"{type(exc).__name__}: {exc}. Each node has its own /tmp and /dev/shm, and its own loopback, as "
+        "separate machines do: a process group that meets through a file or an address there is never "
+        "reached from the other nodes"
+    )
 
 
 class _CheckedFactory:
@@ -301,6 +325,8 @@ class _CheckedFactory:
         except Exception as exc:
             if config == self._plain:
                 self._node.user_properties.append(("harness_factory_failed", f"{type(exc).__name__}: {exc}"))
+            if config.nodes > 1:
+                raise _not_started_on_nodes(self._loaded.name, config, exc) from exc
             raise
         if not callable(getattr(ex, "collective_rpc", None)):
             message = (

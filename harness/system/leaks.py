@@ -16,11 +16,12 @@ judged on the pids its workers report, which callers add to the set.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import psutil
@@ -31,6 +32,7 @@ __all__ = [
     "baseline",
     "describe",
     "diff",
+    "is_node_segment",
     "lasting_leaks",
     "listening_sockets",
     "mapped_outside",
@@ -38,12 +40,14 @@ __all__ = [
     "new_tag",
     "new_thread_names",
     "shm_mapped_by",
+    "shm_path",
     "shm_segments",
     "snapshot",
     "started_by",
     "tag",
     "tagged",
     "wait_clean",
+    "watch_nodes",
 ]
 
 #: The environment variable that marks the processes started from a tagged caller.
@@ -58,30 +62,70 @@ PYTEST_TMP_PREFIX = "pytest-of-"
 _LOOPBACK_PREFIXES = ("127.", "::1", "::ffff:127.")
 
 
+#: Other machines in sight, which an executor may leave things on: the
+#: simulated nodes of a multi-node variant, by name ("node 1"), each the host
+#: pid of its init (its files are under ``/proc/<pid>/root``). Set by
+#: :func:`watch_nodes`.
+_nodes: dict[str, int] = {}
+#: Processes a Ray node keeps in a pool for any driver ("ray::IDLE"): the
+#: cluster's, not an executor's.
+_CLUSTER_POOL = ("ray::IDLE",)
+
+
+def watch_nodes(inits: Mapping[str, int]) -> None:
+    """Check the machines ``inits`` names too (name -> host pid of its init):
+    each one's ``/dev/shm``, temporary folder and processes."""
+    _nodes.clear()
+    _nodes.update(inits)
+
+
+def _folders(folder: str) -> list[tuple[str, str]]:
+    """``folder`` here, and on every watched node: (name prefix, path)."""
+    return [("", folder)] + [(f"{name}:", f"/proc/{init}/root{folder}") for name, init in sorted(_nodes.items())]
+
+
+def _bare(name: str) -> str:
+    """A segment's name on its own machine: ``node 1:x`` is ``x``."""
+    for node in _nodes:
+        if name.startswith(node + ":"):
+            return name[len(node) + 1 :]
+    return name
+
+
+def shm_path(name: str) -> str:
+    """Where this process reaches the segment :func:`shm_segments` calls ``name``."""
+    for node, init in _nodes.items():
+        if name.startswith(node + ":"):
+            return f"/proc/{init}/root{SHM_DIR}/{name[len(node) + 1 :]}"
+    return os.path.join(SHM_DIR, name)
+
+
 def shm_segments(include_semaphores: bool = False) -> set[str]:
-    """POSIX shared-memory segments of this user (Linux: /dev/shm); with
-    ``include_semaphores``, named semaphores (``sem.*``, in the same folder) too.
-    Other users' segments are no executor's of ours, whatever they are doing meanwhile."""
+    """POSIX shared-memory segments of this user (Linux: /dev/shm), here and on
+    every watched node (named ``node 1:<name>``); with ``include_semaphores``,
+    named semaphores (``sem.*``, in the same folder) too. Other users' segments
+    are no executor's of ours, whatever they are doing meanwhile."""
     uid = os.getuid()
     out: set[str] = set()
-    try:
-        names = os.listdir(SHM_DIR)
-    except FileNotFoundError:  # not Linux: nothing we can list
-        return out
-    for name in names:
-        if name.startswith(SEMAPHORE_PREFIX) and not include_semaphores:
-            continue
+    for prefix, folder in _folders(SHM_DIR):
         try:
-            if os.stat(os.path.join(SHM_DIR, name)).st_uid == uid:
-                out.add(name)
-        except FileNotFoundError:
+            names = os.listdir(folder)
+        except OSError:  # not Linux (nothing we can list), or a node gone
             continue
+        for name in names:
+            if name.startswith(SEMAPHORE_PREFIX) and not include_semaphores:
+                continue
+            try:
+                if os.stat(os.path.join(folder, name)).st_uid == uid:
+                    out.add(prefix + name)
+            except OSError:
+                continue
     return out
 
 
 def semaphores() -> set[str]:
     """POSIX named semaphores of this user (``/dev/shm/sem.<name>``)."""
-    return {n for n in shm_segments(include_semaphores=True) if n.startswith(SEMAPHORE_PREFIX)}
+    return {n for n in shm_segments(include_semaphores=True) if _bare(n).startswith(SEMAPHORE_PREFIX)}
 
 
 def temp_entries() -> set[str]:
@@ -211,31 +255,57 @@ def shm_mapped_by(pids: Iterable[int]) -> set[str]:
     prefix = SHM_DIR + "/"
     for pid in pids:
         try:
+            node = _node_of(pid)
             with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as maps:
                 for line in maps:
                     fields = line.split(None, 5)  # address perms offset dev inode [path]
                     path = fields[5].strip() if len(fields) == 6 else ""
                     if path.startswith(prefix) and not path.endswith("(deleted)"):
-                        out.add(path[len(prefix) :])
+                        out.add(node + path[len(prefix) :])
         except OSError:
             continue
     return out
 
 
+def is_node_segment(name: str) -> bool:
+    """Whether :func:`shm_segments` found ``name`` on a watched node."""
+    return _bare(name) != name
+
+
+def _node_of(pid: int) -> str:
+    """The name prefix of the watched node ``pid`` runs on ("node 1:"), or ""
+    for this machine: the node whose mount namespace (so /dev/shm) it shares."""
+    if not _nodes:
+        return ""
+    mine = os.stat(f"/proc/{pid}/ns/mnt").st_ino
+    for node, init in _nodes.items():
+        with contextlib.suppress(OSError):
+            if os.stat(f"/proc/{init}/ns/mnt").st_ino == mine:
+                return node + ":"
+    return ""
+
+
 def listening_sockets(pid: int | None = None) -> list[tuple[str, int]]:
-    """(address, port) of TCP sockets listening, and UDP sockets bound, in ``pid``."""
-    proc = psutil.Process(pid)
-    out = []
-    for conn in proc.net_connections(kind="inet"):
-        if conn.status == psutil.CONN_LISTEN or (conn.type == 2 and conn.laddr):  # 2: SOCK_DGRAM
-            out.append((conn.laddr.ip, conn.laddr.port))
-    return out
+    """(address, port) of TCP sockets listening, and UDP sockets bound, in ``pid``
+    (in its own network: a node's process, in the node's). Raises psutil.Error
+    where the process is gone or not ours to look at."""
+    from harness.system.sockets import bound_sockets
+
+    target = os.getpid() if pid is None else pid
+    try:
+        return bound_sockets(target)
+    except FileNotFoundError:
+        raise psutil.NoSuchProcess(target) from None
+    except PermissionError:
+        raise psutil.AccessDenied(target) from None
 
 
 def mapped_outside(name: str, ours: set[int]) -> bool:
     """True if a process other than ``ours`` (this one and what it started) maps
-    the segment: then it is someone else's (another run on the machine), not our leak."""
-    needle = f"{SHM_DIR}/{name}"
+    the segment: then it is someone else's (another run on the machine), not our leak.
+    A node's segment (``node 1:x``): a process there that maps it is another
+    test's, driving the same simulated cluster (the caller runs on no node)."""
+    needle = f"{SHM_DIR}/{_bare(name)}"
     for pid_dir in os.listdir("/proc") if os.path.isdir("/proc") else []:
         if not pid_dir.isdigit() or int(pid_dir) in ours:
             continue

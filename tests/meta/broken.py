@@ -2119,3 +2119,116 @@ def ray_ranks_on_one_node(config: ExecutorConfig) -> Any:
 
 ray_ranks_on_one_node.nodes = (1, 2)  # type: ignore[attr-defined]
 ray_ranks_on_one_node.start_methods = ("spawn",)  # type: ignore[attr-defined]
+
+
+def _ray_group(base: Any) -> Any:
+    """A ``ray`` executor whose per-executor state is ``base``, a subclass of
+    its ``_Group`` that breaks one thing."""
+    from harness.executors._group import GroupExecutor
+
+    class Broken(GroupExecutor):
+        def __init__(self, config: ExecutorConfig) -> None:
+            super().__init__(config, lambda: base(config, None))
+
+    return Broken
+
+
+def ray_rendezvous_in_tmp(config: ExecutorConfig) -> Any:
+    """Across nodes, the process group meets through a file in rank 0's
+    ``/tmp``, as on one node: the other node's ranks never see it (machines
+    share no file system), and start-up cannot complete. It gives up after
+    30 s, not 120, to keep the meta test short."""
+    import os as _os
+
+    from harness.executors.ray.executor import _Group
+
+    class FileRendezvous(_Group):  # type: ignore[misc]
+        def _rendezvous(self, deadline: float) -> tuple[str, None]:
+            self.store_dir = self._init_step("start", [self.actors[0].make_store_dir.remote()], deadline)[0]
+            self.store_local = self.local[0]
+            return _os.path.join(str(self.store_dir), "store"), None
+
+    return _ray_group(FileRendezvous)(dataclasses.replace(config, init_timeout_s=min(config.init_timeout_s, 30.0)))
+
+
+def ray_node_death_unnoticed(config: ExecutorConfig) -> Any:
+    """C8 across nodes: it learns of a death only from its own machine's
+    processes (pidfds), so a rank on another node that dies is never noticed:
+    its call's reply never comes, later calls hang, ``check_health()`` passes
+    and no callback runs. It works otherwise."""
+    import time as _time
+
+    from harness.contract import WorkerDiedError
+    from harness.executors.ray.executor import _Group
+
+    class Deaf(_Group):  # type: ignore[misc]
+        def fail(self, rank: int, detail: str = "") -> WorkerDiedError:
+            if self.local[rank] if rank < len(self.local) else True:
+                return super().fail(rank, detail)  # type: ignore[no-any-return]
+            return WorkerDiedError(rank, None, None, "unnoticed")  # never recorded: nobody learns of it
+
+        def dead_rank(self) -> int | None:
+            rank = super().dead_rank()
+            return rank if rank is not None and self.local[rank] else None
+
+        def _receive(self, timeout: float | None) -> list[Any]:
+            try:
+                return super()._receive(timeout)  # type: ignore[no-any-return]
+            except WorkerDiedError as exc:
+                if exc.rank is not None and self.local[exc.rank]:
+                    raise
+                _time.sleep(0.25 if timeout is None else min(timeout, 0.25))
+                return []  # the dead rank's reply is dropped: its call waits for ever
+
+    return _ray_group(Deaf)(config)
+
+
+def ray_outlives_the_caller(config: ExecutorConfig) -> Any:
+    """C13 across nodes: its placement group and actors are detached (Ray keeps
+    them when their driver dies), so when the caller is SIGKILLed every worker
+    on every node runs on. A normal shutdown still stops them."""
+    from harness.executors.ray.executor import _Group
+
+    class Detached(_Group):  # type: ignore[misc]
+        lifetime = "detached"
+
+    return _ray_group(Detached)(config)
+
+
+for _spans_nodes in (ray_rendezvous_in_tmp, ray_node_death_unnoticed, ray_outlives_the_caller):
+    _spans_nodes.nodes = (1, 2)  # type: ignore[attr-defined]
+    _spans_nodes.start_methods = ("spawn",)  # type: ignore[attr-defined]
+
+
+def _leave_in_shm(worker: Any) -> str:
+    """A file in this rank's node's /dev/shm, never removed."""
+    path = f"/dev/shm/harness-left-{os.getpid()}"
+    with open(path, "wb") as f:
+        f.write(b"left")
+    return path
+
+
+def ray_leaves_shm_on_nodes(config: ExecutorConfig) -> Any:
+    """C9 across nodes: each rank leaves a file in its node's /dev/shm (so
+    every node has one), which nothing removes; the caller's machine has none."""
+    from harness.executors.ray.executor import RayExecutor
+
+    ex = RayExecutor(config)
+    ex.collective_rpc(_leave_in_shm)
+    return ex
+
+
+ray_leaves_shm_on_nodes.nodes = (1, 2)  # type: ignore[attr-defined]
+ray_leaves_shm_on_nodes.start_methods = ("spawn",)  # type: ignore[attr-defined]
+
+
+def ray_undeclared_listeners(config: ExecutorConfig) -> Any:
+    """C23 across nodes: ``ray`` without its declaration of C23. Ray's own gRPC
+    servers in every worker listen on every interface (``::``) on every node."""
+    from harness.executors.ray.executor import RayExecutor
+
+    return RayExecutor(config)
+
+
+ray_undeclared_listeners.nodes = (1, 2)  # type: ignore[attr-defined]
+ray_undeclared_listeners.start_methods = ("spawn",)  # type: ignore[attr-defined]

@@ -8,12 +8,15 @@ each test of the generated suite only reads the config the suite gives it.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from harness.report import FILTERED_OUT
 from harness.system.modules import module_installed
 from harness.system.nodes import unavailable_reason
 
@@ -144,39 +147,134 @@ def test_a_bad_node_count_is_a_usage_error_naming_it_and_where_it_came_from(
     assert result.ret == pytest.ExitCode.USAGE_ERROR
 
 
-def _across_nodes(tmp_path: Path, backend: str, k: str) -> tuple[subprocess.CompletedProcess[str], dict]:
-    """``conform`` of ``tests.meta.broken:<backend>`` at world size 4 on 2
-    simulated nodes, tests ``k``; its result and its report's clauses."""
-    report = tmp_path / "report.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "harness", "conform", "--backend", f"tests.meta.broken:{backend}",
-         "--world-size", "4", "--nodes", "2", "--require-nodes", "-k", k, "--report-json", str(report)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    assert report.exists(), done.stdout[-3000:] + done.stderr[-2000:]
-    return done, json.loads(report.read_text())["clauses"]
-
-
+#: Each broken backend across nodes, and the tests it runs: those of the
+#: sentence it breaks, and one of another clause that it must pass.
+ACROSS_NODES = {
+    "ray_ranks_on_one_node": "c14 and not cuda",
+    "ray_rendezvous_in_tmp": "c1_blocking",
+    "ray_node_death_unnoticed": "node_failing or c1_blocking",
+    "ray_outlives_the_caller": "(c13_every_process and idle) or c1_blocking",
+    "ray_leaves_shm_on_nodes": "c1_blocking",
+    "ray_undeclared_listeners": "test_c23_",
+}
 needs_nodes = [
     pytest.mark.skipif(unavailable_reason() is not None, reason=f"simulated nodes: {unavailable_reason()}"),
     pytest.mark.skipif(not module_installed("ray"), reason="ray is not installed"),
 ]
 
 
-@needs_nodes[0]
-@needs_nodes[1]
-def test_a_backend_that_runs_every_rank_on_one_node_fails_c14s_node_by_node_sentence_alone(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def across(test: Callable[..., None]) -> Callable[..., None]:
+    """A test of the shared multi-node run: where nodes can be simulated, with a
+    bound for the whole run (the first test to ask waits for all of it)."""
+    for mark in (*needs_nodes, pytest.mark.timeout(1200)):
+        test = mark(test)
+    return test
+
+
+@pytest.fixture(scope="module")
+def across_nodes(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], dict]:
+    """One ``conform`` of every broken backend of ``ACROSS_NODES`` at world size
+    4 on 2 simulated nodes (one cluster for all), each on its own tests; its
+    result and its report's clauses."""
+    report = tmp_path_factory.mktemp("nodes") / "report.json"
+    backends = ",".join(f"tests.meta.broken:{b}" for b in ACROSS_NODES)
+    k = " or ".join(f"(tests.meta.broken:{b}-ws4 and ({k}))" for b, k in ACROSS_NODES.items())
+    env = {n: v for n, v in os.environ.items() if n != "RAY_ADDRESS"}
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "conform", "--backend", backends,
+         "--world-size", "4", "--nodes", "2", "--require-nodes", "-k", k, "--report-json", str(report)],
+        cwd=ROOT, capture_output=True, text=True, timeout=900, check=False, env=env,
+    )  # fmt: skip
+    assert report.exists(), done.stdout[-3000:] + done.stderr[-2000:]
+    return done, json.loads(report.read_text())["clauses"]
+
+
+def _cell(across_nodes: tuple[subprocess.CompletedProcess[str], dict], clause: str, backend: str) -> dict:
+    done, clauses = across_nodes
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
+    return clauses[clause][f"tests.meta.broken:{backend} ws4 cpu 2 nodes"]  # type: ignore[no-any-return]
+
+
+def _outcomes(cell: dict) -> dict[str, str]:
+    """The outcome of each test of the cell that ran (not filtered out by ``-k``)."""
+    return {t["test"]: t["outcome"] for t in cell["tests"] if t["note"] != FILTERED_OUT}
+
+
+def _passed(across_nodes: tuple[subprocess.CompletedProcess[str], dict], clause: str, backend: str) -> bool:
+    """Whether the tests of ``clause`` that ran for ``backend`` (at least one) all
+    passed. Its cell reads "not run" where others were filtered out."""
+    outcomes = _outcomes(_cell(across_nodes, clause, backend))
+    return bool(outcomes) and set(outcomes.values()) == {"pass"}
+
+
+@across
+def test_a_backend_that_runs_every_rank_on_one_node_fails_c14s_node_by_node_sentence_alone(across_nodes) -> None:
     """On 2 simulated nodes, every rank packed on one node fails C14's
     node-by-node check; its other C14 check passes."""
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    done, clauses = _across_nodes(tmp_path, "ray_ranks_on_one_node", "c14 and not cuda")
-    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
-    cell = clauses["C14"]["tests.meta.broken:ray_ranks_on_one_node ws4 cpu 2 nodes"]
+    cell = _cell(across_nodes, "C14", "ray_ranks_on_one_node")
     text = json.dumps(cell)
     assert cell["outcome"] == "FAIL", text
     assert "the ranks run on 1 machine(s), not 2" in text, text
-    outcomes = {t["test"].split("[")[0]: t["outcome"] for t in cell["tests"]}
+    outcomes = {t.split("[")[0]: o for t, o in _outcomes(cell).items()}
     assert outcomes["test_c14_ranks_run_node_by_node_on_as_many_machines_as_nodes"] == "FAIL", outcomes
     assert outcomes["test_c14_worker_rank_is_the_process_group_rank_one_process_per_rank"] == "pass", outcomes
+
+
+@across
+def test_a_rendezvous_through_a_file_in_tmp_fails_to_start_across_nodes_and_the_error_says_why(across_nodes) -> None:
+    """Rank 0's /tmp is not the other node's: start-up never completes, and
+    the failure names the start across nodes, what nodes do not share, and
+    the backend's own error."""
+    cell = _cell(across_nodes, "C1", "ray_rendezvous_in_tmp")
+    text = json.dumps(cell)
+    assert cell["outcome"] == "FAIL", text
+    assert "the executor did not start on 2 nodes" in text, text
+    assert "Each node has its own /tmp and /dev/shm" in text, text
+    assert "could not initialise torch.distributed within init_timeout_s=30 s" in text, text
+
+
+@across
+def test_a_node_death_never_noticed_fails_c8s_node_sentence_and_nothing_else(across_nodes) -> None:
+    """A node killed and a node cut off: the pending call must fail within
+    30 s; this backend's never does. Its calls on a healthy cluster pass."""
+    cell = _cell(across_nodes, "C8", "ray_node_death_unnoticed")
+    outcomes = _outcomes(cell)
+    assert sorted(outcomes.values()) == ["FAIL", "FAIL"], outcomes
+    assert {t.split("[")[1].split("-")[-1].rstrip("]") for t in outcomes} == {"killed", "cut_off"}, outcomes
+    for test in (t for t in cell["tests"] if t["test"] in outcomes):
+        assert "when its node was" in json.dumps(test) and "did not return within 35 s" in json.dumps(test), test
+    assert _passed(across_nodes, "C1", "ray_node_death_unnoticed")
+
+
+@across
+def test_workers_that_outlive_a_killed_caller_on_the_nodes_fail_c13_alone(across_nodes) -> None:
+    """Detached actors stay when their driver is SIGKILLed: C13's 30 s across
+    nodes fails, naming what still ran; a call on a live caller passes."""
+    cell = _cell(across_nodes, "C13", "ray_outlives_the_caller")
+    text = json.dumps(cell)
+    assert cell["outcome"] == "FAIL", text
+    assert "after their caller was SIGKILLed (idle), processes it started still run" in text, text
+    assert "ray::_RankActor" in text, text
+    assert _passed(across_nodes, "C1", "ray_outlives_the_caller")
+
+
+@across
+def test_a_segment_left_in_a_nodes_dev_shm_is_a_c9_leak_named_with_its_node(across_nodes) -> None:
+    """Every node's /dev/shm is checked after a test, as the caller's is: what
+    a rank leaves there is a C9 finding naming the node; the test itself passes."""
+    c9 = _cell(across_nodes, "C9", "ray_leaves_shm_on_nodes")
+    text = json.dumps(c9)
+    assert c9["outcome"] == "FAIL", text
+    assert "shared-memory segments left" in text, text
+    assert "node 0:harness-left-" in text and "node 1:harness-left-" in text, text
+    assert _passed(across_nodes, "C1", "ray_leaves_shm_on_nodes")
+
+
+@across
+def test_a_worker_on_a_node_listening_on_every_interface_fails_c23(across_nodes) -> None:
+    """Across nodes the node's own address is allowed, every interface is not;
+    the sockets of a process on a node are read in the node's own network."""
+    cell = _cell(across_nodes, "C23", "ray_undeclared_listeners")
+    text = json.dumps(cell)
+    assert cell["outcome"] == "FAIL", text
+    assert "ray::_RankActor) listens on every interface on [('::'" in text, text

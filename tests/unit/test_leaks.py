@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import multiprocessing
 import os
 import signal
@@ -178,3 +179,28 @@ def test_a_segment_mapped_by_a_process_that_left_the_tree_is_ours(tmp_path: Path
     finally:
         os.kill(pid, signal.SIGKILL)
         os.unlink(f"/dev/shm/{name}")
+
+
+def test_a_watched_nodes_dev_shm_is_listed_under_its_name_and_reached_through_its_root() -> None:
+    """A node's segments read as ``node 1:<name>``, found where that node's
+    /dev/shm is; here the "node" is this process itself (its root is ours)."""
+    name = f"harness-unit-{os.getpid()}"
+    path = os.path.join(leaks.SHM_DIR, name)
+    with open(path, "wb"):
+        pass
+    try:
+        leaks.watch_nodes({"node 1": os.getpid()})
+        found = leaks.shm_segments()
+        assert name in found and f"node 1:{name}" in found
+        assert leaks.is_node_segment(f"node 1:{name}") and not leaks.is_node_segment(name)
+        assert os.path.samefile(leaks.shm_path(f"node 1:{name}"), path)
+        # A process on that node maps it by its own path: named with its node.
+        with open(path, "r+b") as f:
+            f.write(b"x")
+            f.flush()
+            with mmap.mmap(f.fileno(), 1):
+                assert f"node 1:{name}" in leaks.shm_mapped_by([os.getpid()])
+    finally:
+        leaks.watch_nodes({})
+        os.unlink(path)
+    assert f"node 1:{name}" not in leaks.shm_segments()

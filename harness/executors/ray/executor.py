@@ -280,6 +280,10 @@ class _Group:
     """Everything one executor owns, apart from the executor object so that
     ``weakref.finalize`` can close it when the executor is dropped (C12)."""
 
+    #: The actors' and placement group's Ray lifetime: None, they go with this
+    #: driver (Ray kills them when it dies: C13); "detached" would outlive it.
+    lifetime: str | None = None
+
     def __init__(self, config: ExecutorConfig, address: str | None) -> None:
         self.config = config
         self.address = address
@@ -315,7 +319,7 @@ class _Group:
         bundle = {"GPU": float(per_bundle)} if gpu else {"CPU": float(per_bundle)}
         count = cfg.nodes if cfg.nodes > 1 else cfg.world_size
         strategy = "STRICT_SPREAD" if cfg.nodes > 1 else "STRICT_PACK"
-        self.pg = placement_group([dict(bundle) for _ in range(count)], strategy=strategy)
+        self.pg = placement_group([dict(bundle) for _ in range(count)], strategy=strategy, lifetime=self.lifetime)
         ready, _ = ray.wait([self.pg.ready()], timeout=_remaining(deadline))
         if not ready:
             total = ray.cluster_resources()  # type: ignore[no-untyped-call]
@@ -333,6 +337,7 @@ class _Group:
                 num_gpus=1 if gpu else 0,
                 max_restarts=0,
                 name=None,
+                lifetime=self.lifetime,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     placement_group=self.pg, placement_group_bundle_index=rank // per_bundle
                 ),
@@ -346,15 +351,7 @@ class _Group:
             self.pids.append(pid)
             self.local.append(node_id == here)
             self.pidfds.append(_pidfd(pid) if node_id == here else None)
-        tcp_store: tuple[str, int] | None = None
-        store_path = ""
-        if cfg.nodes > 1:
-            # Machines share no file system: rank 0 hosts a TCP store at its node's address.
-            tcp_store = self._init_step("start", [self.actors[0].host_store.remote(cfg.init_timeout_s)], deadline)[0]
-        else:
-            self.store_dir = self._init_step("start", [self.actors[0].make_store_dir.remote()], deadline)[0]
-            self.store_local = self.local[0]
-            store_path = os.path.join(str(self.store_dir), "store")
+        store_path, tcp_store = self._rendezvous(deadline)
         self._init_step(
             "initialise torch.distributed",
             [a.setup.remote(cfg.dist_backend, store_path, cfg.init_timeout_s, tcp_store) for a in self.actors],
@@ -362,6 +359,17 @@ class _Group:
         )
         self.monitor = threading.Thread(target=self._monitor, name="harness-ray-monitor", daemon=True)
         self.monitor.start()
+
+    def _rendezvous(self, deadline: float) -> tuple[str, tuple[str, int] | None]:
+        """Where the ranks' process group meets: a file store's path on one
+        node, rank 0's TCP store (address, port) across nodes."""
+        cfg = self.config
+        if cfg.nodes > 1:
+            # Machines share no file system: rank 0 hosts a TCP store at its node's address.
+            return "", self._init_step("start", [self.actors[0].host_store.remote(cfg.init_timeout_s)], deadline)[0]
+        self.store_dir = self._init_step("start", [self.actors[0].make_store_dir.remote()], deadline)[0]
+        self.store_local = self.local[0]
+        return os.path.join(str(self.store_dir), "store"), None
 
     def _init_step(self, what: str, refs: list[Any], deadline: float) -> list[Any]:
         """Wait for one start-up step on every rank; the first failure ends it."""
