@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 #: The version of the contract (docs/SPEC.md) this suite checks: its date of change.
-SPEC_VERSION = "2026-12-04"
+SPEC_VERSION = "2026-12-04.2"
 
 #: The documents an installed harness carries (setup.py copies them from docs/ into harness/_docs/).
 SHIPPED_DOCS = ("SPEC.md", "implementers.md")
@@ -71,7 +71,7 @@ CLAUSES: Mapping[str, str] = MappingProxyType(
         "C13": "workers exit when the caller is SIGKILLed, even with calls in flight",
         "C14": "worker.rank equals the process-group rank; one process per rank",
         "C15": "collectives are correct",
-        "C16": "tensor-parallel model matches the dense one",
+        "C16": "tensor- and pipeline-parallel models match the dense one; pipelined steps in flight resolve in order",
         "C17": "payloads of tens of MiB round-trip intact",
         "C18": "two executors in one process are independent",
         "C19": "an idle executor burns no caller CPU",

@@ -26,6 +26,20 @@ heads than query heads; where they are fewer than the ranks too, each KV head
 is replicated on the ranks whose query heads read it (``kv_heads_of_rank``).
 Every hidden state after an all_reduce is the full one on every rank, so each
 rank's per-layer outputs can be compared with the dense model's.
+
+**The decoder in stages** (pipeline parallelism, ``Parallelism``): ``tp * pp``
+ranks, rank = stage * tp + tp rank, as vLLM lays them out. Each stage holds an
+even share of the layers, each TP-sharded over its stage's ranks as above (the
+collectives on the stage's own group)::
+
+    stage 0: ids ─► embedding ─► its layers ─┐ send to the same TP rank
+    stage 1:              recv ◄─────────────┘ ─► its layers ─┐ of the next stage
+    …                                                          │
+    last:                 recv ◄───────────────────────────────┘ ─► its layers
+                          ─► rmsnorm ─► logits (all_gather on the stage's group)
+
+A send does not wait for its receiver, so stage 0 can take step t+1 while a
+later stage still runs step t.
 """
 
 from __future__ import annotations
@@ -38,6 +52,8 @@ __all__ = [
     "TOLERANCES",
     "Communicator",
     "DecoderShape",
+    "Link",
+    "Parallelism",
     "decoder_prompt",
     "decoder_weights",
     "dense_decoder",
@@ -46,8 +62,11 @@ __all__ = [
     "kv_heads_of_rank",
     "layer_mismatches",
     "make_weights",
+    "pipelined_decoder",
+    "point_to_point",
     "sharded_decoder",
     "sharded_forward",
+    "stage_collectives",
 ]
 
 #: dtype name -> (rtol, atol) for comparing sharded with dense output. bfloat16
@@ -123,6 +142,14 @@ class DecoderShape:
         heads, kv_heads = (8, 2) if 8 % world_size == 0 else (4 * world_size, 1)
         return cls(vocab=64 * heads, hidden=64, heads=heads, kv_heads=kv_heads, head_dim=16, intermediate=32 * heads)
 
+    @classmethod
+    def for_pipeline(cls, par: Parallelism) -> DecoderShape:
+        """The shape ``for_world_size`` gives a stage's ``tp`` ranks, with two
+        layers per stage (a boundary a layer off shows in every stage)."""
+        from dataclasses import replace
+
+        return replace(cls.for_world_size(par.tp), layers=2 * par.pp)
+
     def check(self, world_size: int) -> None:
         """Raises ValueError naming the size that ``world_size`` ranks cannot split."""
         for name in ("vocab", "heads", "intermediate"):
@@ -145,21 +172,134 @@ class Communicator(Protocol):
 
 
 class _Distributed:
-    """torch.distributed's default process group."""
+    """torch.distributed's collectives on ``group`` (the default process group where None)."""
+
+    def __init__(self, group: Any = None) -> None:
+        self.group = group
 
     def all_reduce(self, t: Any) -> Any:
         import torch.distributed as dist
 
-        dist.all_reduce(t)
+        dist.all_reduce(t, group=self.group)
         return t
 
     def all_gather(self, t: Any) -> list[Any]:
         import torch
         import torch.distributed as dist
 
-        parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
-        dist.all_gather(parts, t.contiguous())
+        parts = [torch.empty_like(t) for _ in range(dist.get_world_size(self.group))]
+        dist.all_gather(parts, t.contiguous(), group=self.group)
         return parts
+
+
+class _Solo:
+    """The collectives of a group of one rank (a stage of tp=1): nothing to join."""
+
+    def all_reduce(self, t: Any) -> Any:
+        return t
+
+    def all_gather(self, t: Any) -> list[Any]:
+        return [t]
+
+
+def stage_collectives(par: Parallelism, rank: int) -> Communicator:
+    """The collectives of ``rank``'s stage, on a group of its own. Every rank of the
+    default group must call this together: each group is made by all of them."""
+    import torch.distributed as dist
+
+    if par.tp == 1:
+        return _Solo()
+    mine = None
+    for stage in range(par.pp):
+        group = dist.new_group(list(par.stage_ranks(stage)))
+        if stage == par.stage_of(rank):
+            mine = group
+    return _Distributed(mine)
+
+
+class _PointToPoint:
+    """Sends and receives on the default group. A send returns at once; the
+    tensor is kept until its send completes, and ``flush`` waits for them all."""
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[Any, Any]] = []
+
+    def send(self, t: Any, dst: int) -> None:
+        import torch.distributed as dist
+
+        self.pending = [(work, kept) for work, kept in self.pending if not work.is_completed()]
+        t = t.contiguous()
+        self.pending.append((dist.isend(t, dst), t))
+
+    def recv(self, like: Any, src: int) -> Any:
+        import torch.distributed as dist
+
+        dist.recv(like, src)
+        return like
+
+    def flush(self) -> None:
+        for work, _ in self.pending:
+            work.wait()
+        self.pending.clear()
+
+
+def point_to_point() -> _PointToPoint:
+    """Send and receive between ranks of the default group, for pipeline stages."""
+    return _PointToPoint()
+
+
+class Link(Protocol):
+    """Point-to-point between two ranks of the default group (pipeline stages)."""
+
+    def send(self, t: Any, dst: int) -> None: ...  # returns without waiting for the receiver
+
+    def recv(self, like: Any, src: int) -> Any: ...  # a tensor of ``like``'s shape and dtype, from src
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """``tp`` ranks per stage, ``pp`` stages: rank = stage * tp + tp rank (vLLM's layout)."""
+
+    tp: int
+    pp: int
+
+    def __post_init__(self) -> None:
+        if self.tp < 1 or self.pp < 1:
+            raise ValueError(f"tp={self.tp}, pp={self.pp}: both must be positive")
+
+    def __str__(self) -> str:
+        return f"tp{self.tp}xpp{self.pp}"
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def output_rank(self) -> int:
+        """The rank whose reply a step is narrowed to: the last stage's first rank."""
+        return (self.pp - 1) * self.tp
+
+    def stage_of(self, rank: int) -> int:
+        return rank // self.tp
+
+    def tp_rank_of(self, rank: int) -> int:
+        return rank % self.tp
+
+    def stage_ranks(self, stage: int) -> range:
+        return range(stage * self.tp, (stage + 1) * self.tp)
+
+    def layers_of(self, stage: int, layers: int) -> range:
+        """The stage's even share of ``layers`` (a whole number of them per stage)."""
+        if layers % self.pp:
+            raise ValueError(f"{layers} layers do not split evenly into {self.pp} stages")
+        per = layers // self.pp
+        return range(stage * per, (stage + 1) * per)
+
+    @classmethod
+    def pipelines_of(cls, world_size: int) -> list[Parallelism]:
+        """Every split of ``world_size`` ranks with two or more stages, most TP first
+        (ws2: 1x2; ws4: 2x2, 1x4)."""
+        return [cls(world_size // pp, pp) for pp in range(2, world_size + 1) if world_size % pp == 0]
 
 
 def decoder_weights(seed: int, shape: DecoderShape, dtype: str = "float32") -> dict[str, Any]:
@@ -264,32 +404,33 @@ def dense_decoder(w: dict[str, Any], shape: DecoderShape, ids: list[int]) -> dic
     return out
 
 
-def sharded_decoder(
-    w: dict[str, Any],
-    shape: DecoderShape,
-    ids: list[int],
-    rank: int,
-    world_size: int,
-    comm: Communicator | None = None,
-) -> dict[str, Any]:
-    """This rank's forward over its shards of ``w`` (the dense weights; a rank
-    slices what it holds), joined by ``comm``; the same stages as ``dense_decoder``."""
+def _embed(w: dict[str, Any], shape: DecoderShape, ids: list[int], rank: int, n: int, comm: Communicator) -> Any:
+    """The vocabulary-parallel embedding: this rank's rows, zeros elsewhere, summed."""
     import torch
-    import torch.nn.functional as F
-
-    shape.check(world_size)
-    comm = comm or _Distributed()
-    n, d, t = world_size, shape.head_dim, len(ids)
-    out: dict[str, Any] = {}
 
     rows = shape.vocab // n
     first_id = rank * rows
     local = torch.tensor(ids, device=w["embedding"].device) - first_id
     mine = (local >= 0) & (local < rows)
     x = w["embedding"][first_id : first_id + rows][local.clamp(0, rows - 1)] * mine[:, None].to(w["embedding"].dtype)
-    x = comm.all_reduce(x)
-    out["embedding"] = x
+    return comm.all_reduce(x)
 
+
+def _layers(
+    w: dict[str, Any],
+    shape: DecoderShape,
+    x: Any,
+    layers: range,
+    rank: int,
+    n: int,
+    comm: Communicator,
+    out: dict[str, Any],
+) -> Any:
+    """``layers`` of the decoder on ``x``, TP-sharded over ``n`` ranks; each stage's
+    hidden state into ``out``."""
+    import torch.nn.functional as F
+
+    d, t = shape.head_dim, x.shape[0]
     heads = shape.heads // n
     q_rows = slice(rank * heads * d, (rank + 1) * heads * d)
     kv = kv_heads_of_rank(rank, n, shape.kv_heads)
@@ -297,7 +438,7 @@ def sharded_decoder(
     group = heads // len(kv)  # the local query heads that read each local KV head
     ff = shape.intermediate // n
     ff_rows = slice(rank * ff, (rank + 1) * ff)
-    for i in range(shape.layers):
+    for i in layers:
         p = f"layers.{i}."
         h = _rms_norm(x, w[p + "attention_norm"])
         q = _rope((h @ w[p + "wq"][q_rows].T).view(t, heads, d))
@@ -309,8 +450,66 @@ def sharded_decoder(
         partial = (F.silu(h @ w[p + "gate"][ff_rows].T) * (h @ w[p + "up"][ff_rows].T)) @ w[p + "down"][:, ff_rows].T
         x = x + comm.all_reduce(partial)
         out[p + "mlp"] = x
-    logits = _rms_norm(x, w["norm"]) @ w["lm_head"][first_id : first_id + rows].T
-    out["logits"] = torch.cat(comm.all_gather(logits), dim=-1)
+    return x
+
+
+def _head(w: dict[str, Any], shape: DecoderShape, x: Any, rank: int, n: int, comm: Communicator) -> Any:
+    """The final norm and the vocabulary-parallel LM head, gathered in rank order."""
+    import torch
+
+    rows = shape.vocab // n
+    logits = _rms_norm(x, w["norm"]) @ w["lm_head"][rank * rows : (rank + 1) * rows].T
+    return torch.cat(comm.all_gather(logits), dim=-1)
+
+
+def sharded_decoder(
+    w: dict[str, Any],
+    shape: DecoderShape,
+    ids: list[int],
+    rank: int,
+    world_size: int,
+    comm: Communicator | None = None,
+) -> dict[str, Any]:
+    """This rank's forward over its shards of ``w`` (the dense weights; a rank
+    slices what it holds), joined by ``comm``; the same stages as ``dense_decoder``."""
+    shape.check(world_size)
+    comm = comm or _Distributed()
+    out: dict[str, Any] = {}
+    x = _embed(w, shape, ids, rank, world_size, comm)
+    out["embedding"] = x
+    x = _layers(w, shape, x, range(shape.layers), rank, world_size, comm, out)
+    out["logits"] = _head(w, shape, x, rank, world_size, comm)
+    return out
+
+
+def pipelined_decoder(
+    w: dict[str, Any],
+    shape: DecoderShape,
+    ids: list[int],
+    rank: int,
+    par: Parallelism,
+    comm: Communicator,
+    link: Link,
+) -> dict[str, Any]:
+    """This rank's part of one forward of the decoder in ``par.pp`` stages: its
+    stage's layers, TP-sharded over the stage's ranks (``comm``, the stage's own
+    group), the hidden state received from the previous stage (``link``) and
+    sent on to the next; the embedding on the first stage, the logits on the
+    last. Returns the stages it computed, named as ``dense_decoder`` names them."""
+    shape.check(par.tp)
+    stage, tp_rank = par.stage_of(rank), par.tp_rank_of(rank)
+    out: dict[str, Any] = {}
+    if stage == 0:
+        x = _embed(w, shape, ids, tp_rank, par.tp, comm)
+        out["embedding"] = x
+    else:
+        like = w["embedding"].new_empty((len(ids), shape.hidden))
+        x = link.recv(like, rank - par.tp)
+    x = _layers(w, shape, x, par.layers_of(stage, shape.layers), tp_rank, par.tp, comm, out)
+    if stage < par.pp - 1:
+        link.send(x, rank + par.tp)
+    else:
+        out["logits"] = _head(w, shape, x, tp_rank, par.tp, comm)
     return out
 
 

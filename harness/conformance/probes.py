@@ -151,6 +151,29 @@ def collectives(worker: Any, device: str = "cpu") -> dict[str, Any]:
     }
 
 
+def point_to_point(worker: Any, device: str = "cpu") -> list[Any]:
+    """Sends [rank, destination] to every other rank and receives from each: what
+    came from each rank, in rank order (None for this rank itself). The sends
+    are posted first, so that no pair waits on another."""
+    import torch
+    import torch.distributed as dist
+
+    r, ws = dist.get_rank(), dist.get_world_size()
+    dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
+    sent = [torch.tensor([float(r), float(dst)], device=dev) for dst in range(ws)]
+    works = [dist.isend(sent[dst], dst) for dst in range(ws) if dst != r]
+    got: list[Any] = [None] * ws
+    for src in range(ws):
+        if src != r:
+            t = torch.zeros(2, device=dev)
+            dist.recv(t, src)
+            got[src] = t.cpu().tolist()
+    for work in works:
+        if work is not None:  # None only where this rank is not in the group
+            work.wait()
+    return got
+
+
 def listening_sockets(worker: Any) -> list[tuple[str, int]]:
     """(address, port) of every socket this process listens on (TCP) or has bound (UDP)."""
     from harness.system.leaks import listening_sockets as _ls
@@ -215,6 +238,18 @@ def sleep_on_rank_then(worker: Any, rank: int, seconds: float, value: Any) -> An
     return value
 
 
+def _one_thread() -> None:
+    """Runs this rank's torch operations on one thread. The ranks share the
+    machine's cores, and torch gives every rank a pool of a thread per core:
+    on 2 cores, 4 ranks' steps in flight took 16 s that way against 2.2 s with
+    one thread each (the models are tiny; the check is the executor, not matmul
+    speed)."""
+    import torch
+
+    if torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
+
+
 def tensor_parallel_forward(
     worker: Any, seed: int, dims: tuple[int, int, int], dtype: str, device: str, world_size: int
 ) -> Any:
@@ -226,6 +261,7 @@ def tensor_parallel_forward(
 
     from harness.conformance import models
 
+    _one_thread()
     w = models.make_weights(seed, *dims, dtype=dtype)
     dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
     out = models.sharded_forward(w, int(worker.rank), world_size, dev)
@@ -233,20 +269,26 @@ def tensor_parallel_forward(
 
 
 def _decoder_on(seed: int, dtype: str, device: str, world_size: int) -> tuple[dict[str, Any], Any, list[int]]:
-    """The decoder's dense weights on this rank's device, its shape and prompt.
-    TF32 is off: the check compares float32 with float32, not with 10-bit matmuls."""
-    import torch
-
+    """The decoder's dense weights on this rank's device, its shape and prompt."""
     from harness.conformance import models
 
+    _one_thread()
     shape = models.DecoderShape.for_world_size(world_size)
-    w = models.decoder_weights(seed, shape, dtype)
-    if device == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-        dev = torch.device("cuda", torch.cuda.current_device())
-        w = {name: t.to(dev) for name, t in w.items()}
+    w = _on_device(models.decoder_weights(seed, shape, dtype), device)
     return w, shape, models.decoder_prompt(seed, shape)
+
+
+def _on_device(w: dict[str, Any], device: str) -> dict[str, Any]:
+    """The weights on this rank's device; on a GPU with TF32 off (the checks
+    compare float32 with float32, not with 10-bit matmuls)."""
+    import torch
+
+    if device != "cuda":
+        return w
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    dev = torch.device("cuda", torch.cuda.current_device())
+    return {name: t.to(dev) for name, t in w.items()}
 
 
 def decoder_stages(worker: Any, seed: int, dtype: str, device: str, world_size: int) -> dict[str, Any]:
@@ -268,6 +310,71 @@ def decoder_greedy(worker: Any, seed: int, dtype: str, device: str, world_size: 
     w, shape, ids = _decoder_on(seed, dtype, device, world_size)
     rank = int(worker.rank)
     return models.greedy_decode(lambda s: models.sharded_decoder(w, shape, s, rank, world_size)["logits"], ids, steps)
+
+
+#: The pipelines whose stage this process holds, by rank and what makes them
+#: (seed, dtype, device, tp, pp): their weights, stage group and link, kept
+#: from call to call as a worker keeps its model between engine steps.
+_PIPELINES: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+
+def _pipeline(worker: Any, seed: int, dtype: str, device: str, tp: int, pp: int) -> dict[str, Any]:
+    """This rank's stage of the decoder in ``pp`` stages of ``tp`` ranks, made on its
+    first call (every rank's first call makes the stage groups, together)."""
+    from harness.conformance import models
+
+    rank = int(worker.rank)
+    key = (rank, seed, dtype, device, tp, pp)
+    _one_thread()
+    if key not in _PIPELINES:
+        par = models.Parallelism(tp, pp)
+        shape = models.DecoderShape.for_pipeline(par)
+        _PIPELINES[key] = {
+            "par": par,
+            "shape": shape,
+            "w": _on_device(models.decoder_weights(seed, shape, dtype), device),
+            "comm": models.stage_collectives(par, rank),
+            "link": models.point_to_point(),
+        }
+    return _PIPELINES[key]
+
+
+def pipeline_stages(worker: Any, seed: int, dtype: str, device: str, tp: int, pp: int) -> dict[str, Any]:
+    """This rank's stages of one forward of the prompt through the decoder in
+    stages (``harness.conformance.models.pipelined_decoder``), on the CPU."""
+    from harness.conformance import models
+
+    p = _pipeline(worker, seed, dtype, device, tp, pp)
+    ids = models.decoder_prompt(seed, p["shape"])
+    out = models.pipelined_decoder(p["w"], p["shape"], ids, int(worker.rank), p["par"], p["comm"], p["link"])
+    return {name: t.cpu() for name, t in out.items()}
+
+
+def pipeline_step(
+    worker: Any, seed: int, dtype: str, device: str, tp: int, pp: int, stream: int, step: int, ids: list[int]
+) -> tuple[int, int, int, Any]:
+    """One engine step of a request stream through this rank's stage: (rank,
+    stream, step, the logits of every position on the last stage, else None).
+    A stage before the last returns once its send is under way, free for the
+    next step while later stages still run this one."""
+    from harness.conformance import models
+
+    p = _pipeline(worker, seed, dtype, device, tp, pp)
+    out = models.pipelined_decoder(p["w"], p["shape"], list(ids), int(worker.rank), p["par"], p["comm"], p["link"])
+    logits = out.get("logits")
+    return int(worker.rank), stream, step, None if logits is None else logits.cpu()
+
+
+def pipeline_release(worker: Any, seed: int, dtype: str, device: str, tp: int, pp: int) -> int:
+    """Waits for this rank's sends of the pipeline, then forgets it; the number
+    of sends that were still under way."""
+    p = _PIPELINES.pop((int(worker.rank), seed, dtype, device, tp, pp), None)
+    if p is None:
+        return 0
+    pending = len(p["link"].pending) if hasattr(p["link"], "pending") else 0
+    if hasattr(p["link"], "flush"):
+        p["link"].flush()
+    return pending
 
 
 def device_work(worker: Any, tag: int, launches: int, device: str, size: int = 1 << 14) -> tuple[int, Any]:

@@ -9,6 +9,8 @@ what the GPUs hold is read through NVML or nvidia-smi (``harness.system.gpus``).
 - C14: ranks, and each rank on a GPU of its own whatever CUDA_VISIBLE_DEVICES says;
 - C15, C17: collectives on NCCL, large payloads with CUDA workers;
 - C16: the sharded decoder against the dense one (float32 with TF32 off, bf16), greedy tokens;
+  the decoder in stages (send/recv on NCCL), stage by stage and with steps in flight;
+- C15: send/recv between any two ranks on NCCL;
 - C4, C5, C21: futures of calls with kernels still queued;
 - C8, C9: a rank killed inside an NCCL all_reduce, or mid-call; then no process
   of the executor's holds a GPU and GPU memory is back where it was.
@@ -36,6 +38,7 @@ from harness.conformance._faults import (
     left,
     victim,
 )
+from harness.conformance._pipeline_parallel import check_pipeline_stages, check_steps_in_flight
 from harness.conformance._tensor_parallel import check_decoder_stages, check_greedy_tokens
 from harness.conformance._workers import worker_pids
 from harness.conformance.test_process_group import expected_collectives
@@ -152,6 +155,36 @@ def test_c16_greedy_tokens_of_the_sharded_decoder_on_cuda_equal_the_dense_ones(
     cuda_executor: Any, world_size: int, harness_seed: int
 ) -> None:
     check_greedy_tokens(cuda_executor, world_size, "float32", "cuda", harness_seed)
+
+
+@pytest.mark.clause("C16")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_c16_a_pipelined_decoder_on_cuda_matches_the_dense_one_stage_by_stage(
+    cuda_executor: Any, world_size: int, dtype: str, harness_seed: int
+) -> None:
+    if world_size < 2:
+        not_applicable("one GPU makes no pipeline: pipeline parallelism needs two stages")
+    check_pipeline_stages(cuda_executor, world_size, dtype, "cuda", harness_seed)
+
+
+@pytest.mark.clause("C16")
+def test_c16_steps_in_flight_of_a_pipelined_decoder_on_cuda_resolve_in_order_to_their_own_logits(
+    cuda_executor: Any, world_size: int, harness_seed: int
+) -> None:
+    if world_size < 2:
+        not_applicable("one GPU makes no pipeline: pipeline parallelism needs two stages")
+    check_steps_in_flight(cuda_executor, world_size, "float32", "cuda", harness_seed)
+
+
+@pytest.mark.clause("C15")
+def test_c15_nccl_point_to_point_works_between_any_two_ranks(cuda_executor: Any, world_size: int) -> None:
+    if world_size < 2:
+        not_applicable("one GPU: there is no other rank to send to")
+    got = cuda_executor.collective_rpc(probes.point_to_point, args=("cuda",))
+    want = [
+        [None if src == dst else [float(src), float(dst)] for src in range(world_size)] for dst in range(world_size)
+    ]
+    expect_equal(got, want, "what each rank received from each other rank over NCCL, [source, destination]")
 
 
 @pytest.mark.clause("C4")

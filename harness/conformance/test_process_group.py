@@ -1,4 +1,5 @@
-"""C14, C15, C16: ranks, processes, collectives across the workers, and a model sharded over them."""
+"""C14, C15, C16: ranks, processes, collectives across the workers, and a model sharded over them
+(tensor parallelism, and pipeline parallelism with steps in flight)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from typing import Any
 import pytest
 
 from harness.conformance import probes
-from harness.conformance._checks import expect_equal
+from harness.conformance._checks import expect_equal, not_applicable
+from harness.conformance._pipeline_parallel import check_pipeline_stages, check_steps_in_flight
 from harness.conformance._tensor_parallel import check_decoder_stages, check_greedy_tokens
 
 pytestmark = pytest.mark.timeout(300)
@@ -69,6 +71,20 @@ def test_c15_collectives_are_correct(executor: Any, world_size: int, executor_co
 
 
 @pytest.mark.clause("C15")
+def test_c15_point_to_point_send_and_recv_work_between_any_two_ranks(
+    executor: Any, world_size: int, executor_config: Any
+) -> None:
+    """Pipeline stages pass hidden states this way: each rank sends to every other."""
+    if world_size < 2:
+        not_applicable("one rank: there is no other rank to send to")
+    got = executor.collective_rpc(probes.point_to_point, args=(executor_config.device,))
+    want = [
+        [None if src == dst else [float(src), float(dst)] for src in range(world_size)] for dst in range(world_size)
+    ]
+    expect_equal(got, want, "what each rank received from each other rank, [source, destination]")
+
+
+@pytest.mark.clause("C15")
 def test_c15_the_process_group_runs_on_the_configs_dist_backend(
     executor: Any, world_size: int, executor_config: Any
 ) -> None:
@@ -96,3 +112,32 @@ def test_c16_greedy_tokens_of_the_sharded_decoder_equal_the_dense_ones(
     executor: Any, world_size: int, executor_config: Any, harness_seed: int
 ) -> None:
     check_greedy_tokens(executor, world_size, "float32", executor_config.device, harness_seed)
+
+
+def _needs_two_stages(world_size: int) -> None:
+    if world_size < 2:
+        not_applicable("one rank makes no pipeline: pipeline parallelism needs two stages, so two ranks")
+
+
+@pytest.mark.clause("C16")
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+def test_c16_a_pipelined_decoder_matches_the_dense_one_stage_by_stage(
+    executor: Any, world_size: int, executor_config: Any, dtype: str, harness_seed: int
+) -> None:
+    """Every tp x pp split with two or more stages (ws2: 1x2; ws4: 2x2, 1x4): each
+    rank computes its stage's layers, TP-sharded within the stage, the hidden
+    state sent from each rank to the same TP rank of the next stage."""
+    _needs_two_stages(world_size)
+    check_pipeline_stages(executor, world_size, dtype, executor_config.device, harness_seed)
+
+
+@pytest.mark.clause("C16")
+def test_c16_steps_in_flight_of_a_pipelined_decoder_resolve_in_order_to_their_own_logits(
+    executor: Any, world_size: int, executor_config: Any, harness_seed: int
+) -> None:
+    """As vLLM's engine runs pipeline parallelism with async scheduling: as many
+    narrowed non_block steps in flight as stages, each of another request; each
+    future completes in submission order with its own step's logits, and every
+    stream's greedy tokens are the dense model's."""
+    _needs_two_stages(world_size)
+    check_steps_in_flight(executor, world_size, "float32", executor_config.device, harness_seed)

@@ -10,6 +10,7 @@ import concurrent.futures
 import dataclasses
 import os
 import threading
+import time
 from typing import Any
 
 from harness import ExecutorConfig
@@ -2232,3 +2233,122 @@ def ray_undeclared_listeners(config: ExecutorConfig) -> Any:
 
 ray_undeclared_listeners.nodes = (1, 2)  # type: ignore[attr-defined]
 ray_undeclared_listeners.start_methods = ("spawn",)  # type: ignore[attr-defined]
+
+
+# ---- issue 28: pipeline parallelism with steps in flight (C16) ---------------------
+
+
+def _settle(source: concurrent.futures.Future[Any], target: concurrent.futures.Future[Any]) -> None:
+    """``target`` takes ``source``'s outcome (``source`` is done)."""
+    if target.done():
+        return
+    exc = source.exception()
+    if exc is not None:
+        target.set_exception(exc)
+    else:
+        target.set_result(source.result())
+
+
+class _Driven(concurrent.futures.Future):  # type: ignore[type-arg]
+    """A future that, when looked at, first looks at the inner futures it
+    depends on: a backend's future may make progress only when its caller asks."""
+
+    def __init__(self, drive: Any) -> None:
+        super().__init__()
+        self._drive = drive
+
+    def done(self) -> bool:
+        self._drive()
+        return super().done()
+
+    def result(self, timeout: float | None = None) -> Any:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.done() and (deadline is None or time.monotonic() < deadline):
+            time.sleep(0.005)
+        return super().result(0)
+
+
+class NarrowedOutOfOrder(_Wrapper):
+    """C16 (C5's order where it matters most): a narrowed non_block call's future
+    completes only half a second after the next narrowed call's has (or 2 s
+    after its reply came, where no next one does), so steps in flight complete
+    out of submission order. Plain futures keep their order."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        self._held: tuple[concurrent.futures.Future[Any], concurrent.futures.Future[Any]] | None = None
+        self._inner: list[concurrent.futures.Future[Any]] = []
+        self._lock = threading.Lock()
+
+    def _drive(self) -> None:
+        for f in list(self._inner):
+            if f.done():
+                with self._lock:
+                    if f in self._inner:
+                        self._inner.remove(f)
+
+    def _release(self, mine: concurrent.futures.Future[Any]) -> None:
+        with self._lock:
+            held = self._held
+            if held is None or held[0] is not mine:
+                return
+            self._held = None
+        _settle(held[1], held[0])
+
+    def collective_rpc(
+        self,
+        method: Any,
+        timeout: Any = None,
+        args: Any = (),
+        kwargs: Any = None,
+        non_block: bool = False,
+        unique_reply_rank: Any = None,
+    ) -> Any:
+        out = self.inner.collective_rpc(method, timeout, args, kwargs, non_block, unique_reply_rank)
+        if not (non_block and unique_reply_rank is not None):
+            return out
+        mine = _Driven(self._drive)
+
+        def arrived(f: concurrent.futures.Future[Any]) -> None:
+            with self._lock:
+                held, self._held = self._held, None
+                if held is None:
+                    self._held = (mine, f)
+                    threading.Timer(2.0, self._release, args=(mine,)).start()
+                    return
+            _settle(f, mine)  # the later call's future first, the earlier one's after it
+            threading.Timer(0.5, _settle, args=(held[1], held[0])).start()
+
+        with self._lock:
+            self._inner.append(out)
+        out.add_done_callback(arrived)
+        return mine
+
+
+def narrowed_out_of_order(config: ExecutorConfig) -> NarrowedOutOfOrder:
+    return NarrowedOutOfOrder(config)
+
+
+class NarrowedToRankZero(_Wrapper):
+    """C16 (C2's narrowing where it matters most): a narrowed non_block call's
+    future resolves to rank 0's reply, whichever rank was asked for; blocking
+    narrowed calls are right."""
+
+    def collective_rpc(
+        self,
+        method: Any,
+        timeout: Any = None,
+        args: Any = (),
+        kwargs: Any = None,
+        non_block: bool = False,
+        unique_reply_rank: Any = None,
+    ) -> Any:
+        if not (non_block and unique_reply_rank is not None):
+            return self.inner.collective_rpc(method, timeout, args, kwargs, non_block, unique_reply_rank)
+        if not 0 <= unique_reply_rank < self.world_size:  # C2's range check stays right
+            raise ValueError(f"unique_reply_rank {unique_reply_rank} is out of range 0..{self.world_size - 1}")
+        return self.inner.collective_rpc(method, timeout, args, kwargs, non_block, 0)
+
+
+def narrowed_to_rank_zero(config: ExecutorConfig) -> NarrowedToRankZero:
+    return NarrowedToRankZero(config)

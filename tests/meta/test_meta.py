@@ -98,7 +98,17 @@ CASES = [
     ("late_reply_to_the_next_call", "C7", "c7_timeout_raises"),
     ("unusable_after_an_unpicklable_result", "C20", "c20_unpicklable_result"),
     ("second_shutdown_stops_the_others", "C9", "c9_shutdown_of_an_idle"),
+    # issue 28: pipeline parallelism with steps in flight
+    ("narrowed_out_of_order", "C16", "c16_steps_in_flight"),
+    ("narrowed_to_rank_zero", "C16", "c16_steps_in_flight"),
 ]
+
+
+#: What the failure of a case must say, where its test checks more than one thing.
+NAMED = {
+    "narrowed_out_of_order": "the future of stream 1 step 0 completed before that of stream 0 step 0",
+    "narrowed_to_rank_zero": "the future resolved to rank 0's reply (stage 0), expected rank 1's",
+}
 
 
 #: The broken backends' bugs do not depend on how workers start; with fork they
@@ -221,6 +231,9 @@ def test_the_suite_fails_a_backend_that_breaks_the_clause(
     outcomes = {col: cell["outcome"] for col, cell in report["clauses"][clause].items()}  # type: ignore[index]
     assert code != 0, f"conform exited 0 for a backend that breaks {clause}"
     assert "FAIL" in outcomes.values(), f"{clause} is {outcomes} for {factory}, expected FAIL"
+    if factory in NAMED:
+        text = json.dumps(report["clauses"][clause])  # type: ignore[index]
+        assert NAMED[factory] in text, f"{factory}: the failure does not name what is wrong: {text[:3000]}"
 
 
 def test_the_cases_are_dealt_out_once_each_and_no_run_holds_a_factory_twice() -> None:
