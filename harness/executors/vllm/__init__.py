@@ -193,19 +193,28 @@ def create_ray(config: ExecutorConfig) -> Any:
 
 
 def greedy_tokens(
-    model: str, tensor_parallel_size: int, backend: str, device: str, prompts: list[list[int]], steps: int
+    model: str,
+    tensor_parallel_size: int,
+    backend: str,
+    device: str,
+    prompts: list[list[int]],
+    steps: int,
+    pipeline_parallel_size: int = 1,
 ) -> list[list[int]]:
     """The token ids vLLM's engine picks greedily for ``prompts`` (lists of token ids),
     ``steps`` each, with the tiny model at ``model`` split over ``tensor_parallel_size``
-    ranks by ``backend``'s executor: float32 on CPUs, bfloat16 on GPUs. Meant to run in
-    a process of its own: the engine's cleanup is not to be trusted across engines."""
+    ranks in each of ``pipeline_parallel_size`` stages by ``backend``'s executor:
+    float32 on CPUs, bfloat16 on GPUs. Meant to run in a process of its own: the
+    engine's cleanup is not to be trusted across engines."""
     from vllm import LLM, SamplingParams
 
-    config = ExecutorConfig(tensor_parallel_size, device, "nccl" if device == "cuda" else "gloo")
+    world_size = tensor_parallel_size * pipeline_parallel_size
+    config = ExecutorConfig(world_size, device, "nccl" if device == "cuda" else "gloo")
     with environ(_settings(config, backend)):
         llm = LLM(
             model=model,
             tensor_parallel_size=tensor_parallel_size,
+            pipeline_parallel_size=pipeline_parallel_size,
             distributed_executor_backend=backend,
             skip_tokenizer_init=True,
             enforce_eager=True,
