@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
+import signal
 import threading
 import time
 from typing import Any
@@ -13,6 +15,7 @@ import pytest
 from harness import ExecutorConfig
 from harness.conformance import probes
 from harness.conformance._checks import bounded, error_of, expect_equal, one_future, result_of, token, within
+from harness.conformance._faults import victim
 from harness.system import leaks
 
 pytestmark = pytest.mark.timeout(300)
@@ -58,8 +61,13 @@ def test_c7_timeout_raises_in_time_and_no_late_reply_reaches_a_later_call(execut
         executor.collective_rpc(probes.sleep_on_rank_then, args=(world_size - 1, slow, "late"), timeout=t)
     took = time.monotonic() - start
     assert took <= t + 2, f"TimeoutError after {took:.1f} s, expected within {t + 2:g} s"
-    # Later calls either get their own result, or all fail with an error that
-    # says why: never the late "late" reply of the timed-out call.
+    _later_calls_all_work_or_all_fail(executor, world_size, slow)
+
+
+def _later_calls_all_work_or_all_fail(executor: Any, world_size: int, slow: float) -> None:
+    """Later calls either get their own result, or all fail with an error that
+    says why: never the late reply of the timed-out call."""
+    __tracebackhide__ = True
     outcomes: list[tuple[str, str]] = []
     errors: list[BaseException] = []
     deadline = time.monotonic() + slow + 10
@@ -82,6 +90,44 @@ def test_c7_timeout_raises_in_time_and_no_late_reply_reaches_a_later_call(execut
             f"a call after a timed-out call failed with {error!r}: an error whose message is empty "
             "or only its class name does not say why"
         )
+
+
+@pytest.mark.clause("C7")
+def test_c7_a_stopped_worker_times_out_a_request_larger_than_any_buffer(executor: Any, world_size: int) -> None:
+    # Found by a chaos run (python -m harness chaos): a worker stopped (SIGSTOP)
+    # while a request of tens of MiB is written for it. The call must time out
+    # like any other, whatever the request's sending leaves behind.
+    rank, pid = victim(executor)
+    t, stop_s = 1.0, 3.0
+    data = b"\x5a" * (32 << 20)
+    os.kill(pid, signal.SIGSTOP)
+    resume = threading.Timer(stop_s, os.kill, (pid, signal.SIGCONT))
+    resume.start()
+    try:
+        start = time.monotonic()
+        error = bounded(
+            lambda: _raised(lambda: executor.collective_rpc(probes.payload, args=(data,), timeout=t)),
+            60,
+            f"collective_rpc(payload of 32 MiB, timeout={t:g}) with rank {rank} stopped",
+        )
+        took = time.monotonic() - start
+    finally:
+        resume.join()
+        os.kill(pid, signal.SIGCONT)
+    assert isinstance(error, TimeoutError), (
+        f"a call with timeout={t:g} whose 32 MiB request rank {rank} (stopped) could not read ended with {error!r}, "
+        "expected TimeoutError"
+    )
+    assert took <= t + 2, f"TimeoutError after {took:.1f} s, expected within {t + 2:g} s"
+    _later_calls_all_work_or_all_fail(executor, world_size, stop_s)
+
+
+def _raised(fn: Any) -> BaseException | None:
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - the outcome under test
+        return exc
+    return None
 
 
 def _says_why(exc: BaseException) -> bool:

@@ -270,6 +270,15 @@ class _Group:
                     f"({type(exc).__name__}); the executor cannot be used any more"
                 )
                 queue.fail_all(error)
+                if isinstance(exc, _RingTimeout):
+                    # C7: the call itself timed out, whatever it leaves behind; the
+                    # later calls fail saying why (a chaos run found it: a worker
+                    # stopped by SIGSTOP while a 24 MiB request was being written).
+                    raise RPCTimeoutError(
+                        f"ranks {self.ring.lagging_readers()}: collective_rpc({name!r}) timed out after "
+                        f"{timeout:g} s half-way through sending its request (workers not reading); "
+                        "the executor cannot be used any more"
+                    ) from exc
                 raise error from exc
             queue.discard(call)
             if isinstance(exc, _RingTimeout):
