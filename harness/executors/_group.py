@@ -132,9 +132,10 @@ class GroupExecutor:
         queue = group.queue
         with queue.lock:
             call = queue.new_call(name, self.world_size, unique_reply_rank, timeout, future=non_block)
+            future = call.future  # a call settled at once lets go of its future (futures._settle)
             group.send(call, body)
         if non_block:
-            return call.future
+            return future
         return queue.wait(call)
 
     def check_health(self) -> None:

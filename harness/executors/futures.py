@@ -56,7 +56,7 @@ class CallFuture(concurrent.futures.Future[Any]):
     def __init__(self, queue: FutureQueue, call: PendingCall) -> None:
         super().__init__()
         self._queue = queue
-        self._call = call
+        self._call: PendingCall | None = call
 
     def result(self, timeout: float | None = None) -> Any:
         self._drive(timeout)
@@ -72,8 +72,11 @@ class CallFuture(concurrent.futures.Future[Any]):
         return super().done()
 
     def _drive(self, timeout: float | None) -> None:
+        call = self._call
+        if call is None:  # settled: nothing left to drive
+            return
         try:
-            self._queue.drive(self._call, timeout)
+            self._queue.drive(call, timeout)
         except Exception:
             # A broken transport has failed every pending call, this one
             # included: its own state now tells the caller what happened.
@@ -330,3 +333,10 @@ def _settle(call: PendingCall, value: Any, exc: BaseException | None) -> None:
             future.set_result(value)
     except concurrent.futures.InvalidStateError:
         pass
+    finally:
+        # The call and its future refer to each other: a cycle, freed only when the
+        # garbage collector gets to it, with every reply of the call. A chaos soak
+        # saw mp's caller grow by 1 MiB per 1,000 calls so (15 MiB of cycles after
+        # 20,000 calls, gone at gc.collect()). Settled, the future needs its call no more.
+        if isinstance(future, CallFuture):
+            future._call = None
