@@ -12,7 +12,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-vllm install-compat conform test test-core test-nodes test-nodes-full test-vllm test-vllm-full vllm-report lint bench gpu-test gpu-test-vllm
+.PHONY: install install-vllm install-compat conform chaos test test-core test-nodes test-nodes-full test-vllm test-vllm-full vllm-report lint bench gpu-test gpu-test-vllm
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,19 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 install: $(STAMP)
+
+## A long chaos run for each built-in backend (harness chaos; make test runs 45 s
+## of each in tests/distributed/test_chaos.py). Reports in reports/chaos/.
+CHAOS_DURATION ?= 600
+CHAOS_SEED ?= 1
+chaos: $(STAMP)
+	@mkdir -p reports/chaos
+	$(BIN)/python -m harness chaos --backend mp --world-size 2 --start-method fork \
+	    --duration $(CHAOS_DURATION) --seed $(CHAOS_SEED) --json reports/chaos/mp.json
+	$(BIN)/python -m harness chaos --backend uni --world-size 1 \
+	    --duration $(CHAOS_DURATION) --seed $(CHAOS_SEED) --json reports/chaos/uni.json
+	$(BIN)/python -m harness chaos --backend ray --world-size 2 \
+	    --duration $(CHAOS_DURATION) --seed $(CHAOS_SEED) --json reports/chaos/ray.json
 
 ## vLLM's executors (vllm-mp, vllm-uni) get their own venv, .venv-vllm: the
 ## core tests keep running as a machine without vLLM has them. VLLM_EXTRA is the

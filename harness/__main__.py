@@ -1,4 +1,4 @@
-"""Command line: ``python -m harness conform …``, ``bench …``, ``cluster …`` and ``docs``."""
+"""Command line: ``python -m harness conform …``, ``bench …``, ``chaos …``, ``cluster …`` and ``docs``."""
 
 from __future__ import annotations
 
@@ -260,6 +260,47 @@ def _cluster(args: argparse.Namespace, command: list[str]) -> int:
         return 130
 
 
+def _chaos(args: argparse.Namespace) -> int:
+    """A seeded chaos run (harness.chaos): 0 when it found nothing, 1 on a violation."""
+    import signal
+
+    from harness.chaos import render, run_chaos
+    from harness.chaos.run import write_json
+
+    # A SIGTERM stops the run as a Ctrl-C does: the executor it holds is shut down.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        report = run_chaos(
+            args.backend,
+            args.world_size,
+            args.duration,
+            args.seed,
+            start_method=args.start_method,
+            soak_share=args.soak_share,
+            shrink_s=args.shrink_time,
+            declare={c.strip(): "declared with --declare" for c in args.declare.split(",") if c.strip()}
+            if args.declare
+            else None,
+        )
+    except (ValueError, TypeError, ImportError) as exc:
+        print(f"python -m harness chaos: {exc}", file=sys.stderr)
+        return 2
+    print(render(report), flush=True)
+    if args.json:
+        write_json(report, args.json)
+    return 1 if report.findings else 0
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__)
     parser.add_argument("--version", action="version", version=_version())
@@ -320,6 +361,37 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     perf_cli.add_arguments(bench)
     bench.set_defaults(func=_bench)
+    chaos = sub.add_parser(
+        "chaos",
+        help="a seeded random schedule of calls and faults judged against SPEC.md, then a soak; "
+        "the first violation shrunk to a short sequence",
+    )
+    chaos.add_argument("--backend", required=True, help="a built-in name, 'module:attr', or an entry point")
+    chaos.add_argument("--world-size", type=_positive_int, default=2, help="ranks of each executor (default 2)")
+    chaos.add_argument(
+        "--duration", type=_non_negative_float, default=60.0, help="seconds of the run, soak included (default 60)"
+    )
+    chaos.add_argument("--seed", type=int, default=0, help="the schedule's seed: the same seed draws the same schedule")
+    chaos.add_argument("--start-method", help="for backends that start processes (default: the backend's first)")
+    chaos.add_argument(
+        "--soak-share",
+        type=_non_negative_float,
+        default=0.3,
+        help="the share of the duration given to the soak (default 0.3; 0: no soak)",
+    )
+    chaos.add_argument(
+        "--shrink-time",
+        type=_non_negative_float,
+        default=None,
+        help="seconds shrinking a violation may take (default: half the duration, at least 60)",
+    )
+    chaos.add_argument(
+        "--declare",
+        help="clauses to treat as declared unsupported, e.g. C7,C20: their operations leave the schedule "
+        "(a backend's known failures, set aside to look for new ones)",
+    )
+    chaos.add_argument("--json", help="write the report as JSON to this path")
+    chaos.set_defaults(func=_chaos)
     from harness.contract import SHIPPED_DOCS
 
     docs = sub.add_parser("docs", help="where the contract (SPEC.md) and the implementers' guide are; or print one")

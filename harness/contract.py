@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 #: The version of the contract (docs/SPEC.md) this suite checks: its date of change.
-SPEC_VERSION = "2026-12-04.2"
+SPEC_VERSION = "2026-12-04.3"
 
 #: The documents an installed harness carries (setup.py copies them from docs/ into harness/_docs/).
 SHIPPED_DOCS = ("SPEC.md", "implementers.md")
@@ -65,7 +65,7 @@ CLAUSES: Mapping[str, str] = MappingProxyType(
         "C7": "timeout raises TimeoutError; no late reply reaches a later call",
         "C8": "a dead worker (mid-call, idle or mid-collective) fails pending and later calls; callbacks run once",
         "C9": "shutdown is bounded (even with a worker hung in native code), reaps everything, is idempotent",
-        "C10": "create/shutdown cycles work and leak nothing",
+        "C10": "create/shutdown cycles work and leak nothing; nothing of a completed call is kept",
         "C11": "the context manager shuts down, also on error",
         "C12": "dropping the last reference stops the workers (gc_shutdown)",
         "C13": "workers exit when the caller is SIGKILLed, even with calls in flight",

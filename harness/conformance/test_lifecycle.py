@@ -21,6 +21,7 @@ from harness.conformance import probes
 from harness.conformance._checks import (
     blocked_by,
     bounded,
+    bounded_while_progressing,
     expect_equal,
     not_applicable,
     one_future,
@@ -33,7 +34,8 @@ from harness.conformance._checks import (
 )
 from harness.conformance._markers import seen
 from harness.conformance._workers import worker_pids
-from harness.system import leaks
+from harness.system import growth, leaks
+from harness.system.load import load_scale
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -264,6 +266,62 @@ def test_c10_ten_create_shutdown_cycles_leak_nothing(
     _assert_clean(settled, pids, "after 20 create/shutdown cycles")
     more = leaks.wait_clean(settled, timeout=10, fd_slack=0)
     assert not more, f"after 10 create/shutdown cycles: {'; '.join(problems)}; and after 10 more: {'; '.join(more)}"
+
+
+#: SPEC's C10: calls over which a completed call's memory, descriptors and threads must not pile up.
+SOAK_CALLS = 10_000
+#: Each call's argument, echoed back by every rank: a backend that keeps each
+#: result keeps 16 KiB a call, 16 MiB per 1,000 calls, four times the bound.
+SOAK_PAYLOAD = 16 << 10
+
+
+@pytest.mark.clause("C10")
+def test_c10_an_executor_keeps_nothing_of_a_completed_call(executor: Any, world_size: int) -> None:
+    # Blocking calls and batches of non_block ones, each checked; the caller's and
+    # each worker's own memory (USS), descriptors and threads sampled every 250
+    # calls. After 10,000 calls, the growth per 1,000 calls over the last 5,000
+    # must be within harness.system.growth.BOUNDS; where it is not, 5,000 calls
+    # more (up to 40,000): a runtime's warm-up stops growing, a kept result does not.
+    pids = [pid for pid in worker_pids(executor) if pid != os.getpid()]
+    processes = {"the caller": os.getpid(), **{f"the worker of pid {pid}": pid for pid in pids}}
+    samples: list[tuple[int, dict[tuple[str, str], float]]] = []
+    calls = rounds = 0
+
+    def soak(until: int) -> None:
+        nonlocal calls, rounds
+        while calls < until:
+            if not samples or calls - samples[-1][0] >= growth.SAMPLE_EVERY:
+                samples.append((calls, growth.measure(processes)))
+            rounds += 1
+            value = (token(), bytes(SOAK_PAYLOAD))
+            if rounds % 2 == 0:
+                futures = [executor.collective_rpc(probes.echo_value, args=(value,), non_block=True) for _ in range(5)]
+                for future in futures:
+                    expect_equal(future.result(), [value] * world_size, f"call {calls} (non_block) of the soak")
+                calls += 5
+                continue
+            got = executor.collective_rpc(probes.echo_value, args=(value,))
+            expect_equal(got, [value] * world_size, f"call {calls} of the soak")
+            calls += 1
+        samples.append((calls, growth.measure(processes)))
+
+    until = SOAK_CALLS
+    while True:
+        # Waited for while calls complete: a slow backend on a busy machine keeps going.
+        stall_s = 30 * load_scale()
+        bounded_while_progressing(functools.partial(soak, until), lambda: calls, stall_s, 600, f"{until} calls")
+        judged = growth.growth_of(samples, since=calls - growth.WINDOW)
+        window = [c for c, _ in samples if c >= calls - growth.WINDOW]
+        assert len(window) >= 10 and judged, f"the soak judged {len(window)} samples of the last {growth.WINDOW} calls"
+        over = [g for g in judged if g.over]
+        if not over or until >= growth.MAX_CALLS:
+            break
+        until += growth.WINDOW
+    assert not over, (
+        f"over calls {calls - growth.WINDOW}..{calls}: "
+        + "; ".join(g.describe() for g in over)
+        + ": an executor keeps nothing of a completed call"
+    )
 
 
 def _descriptors_settle(quiet_s: float = 1.0, bound_s: float = 10.0) -> None:

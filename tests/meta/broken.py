@@ -2352,3 +2352,37 @@ class NarrowedToRankZero(_Wrapper):
 
 def narrowed_to_rank_zero(config: ExecutorConfig) -> NarrowedToRankZero:
     return NarrowedToRankZero(config)
+
+
+# ---- found by a chaos run (harness.chaos) ---------------------------------------------
+
+
+def _kept(worker: Any, method: Any, args: Any, kwargs: Any) -> Any:
+    import functools
+
+    fn = getattr(worker, method) if isinstance(method, str) else functools.partial(method, worker)
+    import pickle
+
+    out = fn(*args, **(kwargs or {}))
+    # A copy of its own, whatever buffers the result shares with the executor's transport.
+    worker.__dict__.setdefault("_harness_kept", []).append(pickle.dumps(out))
+    return out
+
+
+class KeepsEachResult(_Wrapper):
+    """C10, "an executor keeps nothing of a completed call": each worker keeps every
+    result it sent (vLLM's workers kept every last output alive, vllm-project/vllm#54422)."""
+
+    def collective_rpc(
+        self,
+        method: Any,
+        timeout: Any = None,
+        args: Any = (),
+        kwargs: Any = None,
+        non_block: bool = False,
+        unique_reply_rank: Any = None,
+    ) -> Any:
+        return self.inner.collective_rpc(_kept, timeout, (method, args, kwargs), None, non_block, unique_reply_rank)
+
+
+keeps_each_result = KeepsEachResult

@@ -101,6 +101,8 @@ CASES = [
     # issue 28: pipeline parallelism with steps in flight
     ("narrowed_out_of_order", "C16", "c16_steps_in_flight"),
     ("narrowed_to_rank_zero", "C16", "c16_steps_in_flight"),
+    # issue 29: what a chaos run's soak finds, as a clause of its own
+    ("keeps_each_result", "C10", "c10_an_executor_keeps_nothing"),
 ]
 
 

@@ -28,6 +28,7 @@ FLOORS: dict[str, int] = {
     "harness.conformance": 4,  # the suite: it reaches executors through the contract and the loader
     "harness.report": 5,  # the clause matrix and its renderings
     "harness.perf": 5,  # benchmarks and their baselines
+    "harness.chaos": 5,  # the seeded chaos run and its soak: the suite's probes, judged by a model of SPEC.md
     "harness.pytest_plugin": 6,  # hooks, fixtures, isolation, the outcomes into the matrix (the report's cells)
     "harness.__main__": 7,  # the command line
 }

@@ -1,0 +1,29 @@
+"""A short chaos run per built-in backend, with a fixed seed: no violation, and a
+run that did something (examples, faults of every kind the backend does not
+declare away, a judged soak): a run that checked nothing must not read green."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.chaos.runs import chaos
+
+#: (backend, world size, start method): ray starts its cluster once, in the run.
+BUILT_IN = [("mp", 2, "fork"), ("uni", 1, "spawn"), ("ray", 2, "spawn")]
+DURATION_S = 45
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize(("backend", "world_size", "start_method"), BUILT_IN, ids=[b for b, _, _ in BUILT_IN])
+def test_a_short_chaos_run_of_a_built_in_backend_finds_nothing(
+    backend: str, world_size: int, start_method: str, tmp_path: Path
+) -> None:
+    args = ["--backend", backend, "--world-size", str(world_size), "--start-method", start_method]
+    code, report, out = chaos(tmp_path, *args, "--duration", str(DURATION_S), "--seed", "0", bound_s=330)
+    assert code == 0 and not report["findings"], f"exit {code}:\n{out[-4000:]}"
+    assert report["examples"] >= 3, f"{report['examples']} examples ran:\n{out}"
+    assert sum(report["faults"].values()) >= 10, f"faults injected: {report['faults']}:\n{out}"
+    soak = report["soak"]
+    assert soak is not None and soak["judged"], f"the soak was not judged:\n{out}"

@@ -1,0 +1,42 @@
+"""Proof of power of ``python -m harness chaos``: told nothing of what to look for,
+a 60 s run finds each of these broken backends within its time, names the clause
+the bug breaks, and shrinks the operations that led to it to a handful."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.chaos.runs import chaos
+
+#: (broken factory in tests/meta/broken.py, the clause a chaos run must name)
+FOUND = [
+    ("late_reply_to_the_next_call", "C7"),  # a stale reply after a timeout
+    ("stale_replies_after_an_error", "C6"),  # stale replies after a worker's error
+    ("unordered_futures", "C5"),  # futures completing out of order
+    ("death_seen_only_by_calls", "C8"),  # a death never noticed while no call meets it
+    ("keeps_each_result", "C10"),  # every result kept alive (the soak)
+]
+DURATION_S = 60
+#: What the shrunk sequence may hold at most (the executor's start included).
+MOST_OPERATIONS = 10
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(("factory", "clause"), FOUND, ids=[f for f, _ in FOUND])
+def test_a_chaos_run_finds_the_broken_backend_names_the_clause_and_shrinks_the_sequence(
+    factory: str, clause: str, tmp_path: Path
+) -> None:
+    backend = f"tests.meta.broken:{factory}"
+    args = ["--backend", backend, "--world-size", "2", "--start-method", "fork"]
+    code, report, out = chaos(tmp_path, *args, "--duration", str(DURATION_S), "--seed", "0", bound_s=540)
+    assert code == 1, f"exit {code}, expected 1 (a violation found):\n{out[-3000:]}"
+    found = report["findings"][0]
+    assert found["clause"] == clause, f"the run named {found['clause']}, expected {clause}:\n{out[-3000:]}"
+    # Found within the run's own time (the soak's judgement comes at its end).
+    assert found["found_after_s"] <= DURATION_S + 10, out[-3000:]
+    assert len(found["operations"]) <= MOST_OPERATIONS, f"shrunk to {len(found['operations'])} operations:\n{out}"
+    if found["steps"]:
+        assert found["replayed"] == "failed again", out[-3000:]
+    assert f"VIOLATION of {clause}" in out and report["replay"] in out
