@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml Makefile
 
 install: $(STAMP)
 
-## A long chaos run for each built-in backend (harness chaos; make test runs 45 s
+## A long chaos run for each built-in backend (harness chaos; make test runs 40 s
 ## of each in tests/distributed/test_chaos.py). Reports in reports/chaos/.
 CHAOS_DURATION ?= 600
 CHAOS_SEED ?= 1

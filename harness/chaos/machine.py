@@ -363,6 +363,7 @@ def machine_for(run: Run) -> type:
                 return self.model.death_left()
             return (t + 2.0) * load_scale() + SLOWER_BY_S + 5.0
 
+        @when(lambda self: can("C6"))
         @rule(rank=ranks, non_block=st.booleans())
         @_recorded
         def worker_raises(self, rank: int, non_block: bool) -> None:

@@ -204,7 +204,8 @@ class Model:
     def _judge_entry(self, call: Echo, entry: Any, rank: int, what: str, narrowed: bool) -> None:
         shape_ok = isinstance(entry, tuple) and len(entry) == 3 and isinstance(entry[1], tuple) and len(entry[1]) == 2
         if not shape_ok:
-            clause = "C2" if narrowed else "C1"
+            # Right after a fault, a reply that is not echo's is the faulting call's, left over.
+            clause = self.disturbed[0] if self.disturbed else ("C2" if narrowed else "C1")
             raise Violation(
                 clause, f"{what}: rank {rank}'s reply is {_short(entry)}, not what echo returns" + self._after()
             )

@@ -332,10 +332,12 @@ def run_chaos(
     report.left_out = {
         operation: f"{clause} declared unsupported: {loaded.declared(clause)}"
         for operation, clause in (
+            ("worker exceptions", "C6"),
             ("timeouts and long stalls", "C7"),
             ("worker kills", "C8"),
             ("calls from several threads at once", "C24"),
             ("unpicklable arguments and results", "C20"),
+            ("unique_reply_rank out of range", "C2"),
         )
         if loaded.declared(clause) is not None
     }

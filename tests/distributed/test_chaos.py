@@ -12,7 +12,7 @@ from tests.chaos.runs import chaos
 
 #: (backend, world size, start method): ray starts its cluster once, in the run.
 BUILT_IN = [("mp", 2, "fork"), ("uni", 1, "spawn"), ("ray", 2, "spawn")]
-DURATION_S = 45
+DURATION_S = 40
 
 
 @pytest.mark.timeout(400)

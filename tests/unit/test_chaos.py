@@ -185,3 +185,11 @@ def test_a_negative_duration_is_refused_by_the_parser(capsys: pytest.CaptureFixt
 def test_a_declared_clause_that_does_not_exist_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["chaos", "--backend", "mp", "--declare", "C99", "--duration", "1"]) == 2
     assert "'C99'" in capsys.readouterr().err
+
+
+def test_a_reply_not_echos_right_after_a_fault_is_charged_to_the_faults_clause() -> None:
+    # A stale reply of a call that raised on another rank is that call's value, not echo's.
+    model = Model(2)
+    model.judge_worker_error(Outcome(error=ValueError("chaos error 1")), "chaos error 1", "raise")
+    call = Echo("x1.2", 0)
+    assert clause_of(lambda: model.judge_echo(call, Outcome(value=[0, 1]), "call")) == "C6"
