@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.chaos.model import HANG_S, SHUTDOWN_BOUND_S, Echo, Model, Outcome, Violation
 from harness.conformance import probes
+from harness.conformance._checks import process_gone
 from harness.system.load import load_scale
 from harness.system.pids import visible
 
@@ -177,7 +178,7 @@ def machine_for(run: Run) -> type:
             #: The rules run, with their arguments: what a replay runs again.
             self.steps: list[tuple[str, dict[str, Any]]] = []
             self.executor: Any = None
-            self.model = Model(ws)
+            self.model = Model(ws, stretched=run.stats.stretched)
             self.pending: list[Pending] = []
             self.pids: list[int | None] = []
             self.lives = 0
@@ -198,7 +199,7 @@ def machine_for(run: Run) -> type:
 
         def _start(self) -> None:
             self.lives += 1
-            self.model = Model(ws)
+            self.model = Model(ws, stretched=self.run.stats.stretched)
             self.pending = []
             model = self.model
             self.log.append(f"executor {self.lives}: start")
@@ -226,6 +227,15 @@ def machine_for(run: Run) -> type:
                 unique_reply_rank=call.narrowed,
                 **kw,
             )
+
+        def _through_the_future(self, method: Any, non_block: bool, **kw: Any) -> Callable[[], Any]:
+            """A call of ``method``: its outcome, through its future's result() where non_block."""
+
+            def go() -> Any:
+                out = self.executor.collective_rpc(method, non_block=non_block, **kw)
+                return out.result() if non_block else out
+
+            return go
 
         def _wait(self, fn: Callable[[], Any], what: str, bound: float | None = None) -> Outcome:
             outcome = attempt(fn, self._bound() if bound is None else bound, what)
@@ -341,21 +351,8 @@ def machine_for(run: Run) -> type:
             self.run.stats.fault("timeout")
             self.timeouts += 1
             self.run.stats.calls += 1
-            args = (t + SLOWER_BY_S,)
-            if non_block:
-                start = time.monotonic()
-
-                def result() -> Any:
-                    return self.executor.collective_rpc(probes.sleep, timeout=t, args=args, non_block=True).result()
-
-                outcome = self._wait(result, what, bound=self._timeout_bound(t))
-                outcome.seconds = time.monotonic() - start if not outcome.hung else outcome.seconds
-            else:
-                outcome = self._wait(
-                    lambda: self.executor.collective_rpc(probes.sleep, timeout=t, args=args),
-                    what,
-                    bound=self._timeout_bound(t),
-                )
+            go = self._through_the_future(probes.sleep, non_block, timeout=t, args=(t + SLOWER_BY_S,))
+            outcome = self._wait(go, what, bound=self._timeout_bound(t))
             self.model.judge_timeout(outcome, t, what)
 
         def _timeout_bound(self, t: float) -> float:
@@ -373,10 +370,7 @@ def machine_for(run: Run) -> type:
             self.run.stats.fault("worker error")
             self.run.stats.calls += 1
 
-            def go() -> Any:
-                out = self.executor.collective_rpc(probes.raise_on_rank, args=(rank, message), non_block=non_block)
-                return out.result() if non_block else out
-
+            go = self._through_the_future(probes.raise_on_rank, non_block, args=(rank, message))
             self.model.judge_worker_error(self._wait(go, what), message, what)
 
         @when(lambda self: can("C20"))
@@ -401,10 +395,7 @@ def machine_for(run: Run) -> type:
             self.run.stats.fault("unpicklable result")
             self.run.stats.calls += 1
 
-            def go() -> Any:
-                out = self.executor.collective_rpc(probes.unpicklable_result, non_block=non_block)
-                return out.result() if non_block else out
-
+            go = self._through_the_future(probes.unpicklable_result, non_block)
             self.model.judge_failed_call(self._wait(go, what), "C20", what)
 
         @when(lambda self: can("C2"))
@@ -584,11 +575,11 @@ def machine_for(run: Run) -> type:
             if outcome.hung or (outcome.error is not None and self.model.died_at is None):
                 raise Violation("C9", f"{what}: shutdown() {outcome.describe()}")
             self.model.within(outcome.seconds, SHUTDOWN_BOUND_S, "C9", f"{what}: shutdown()")
-            left = [pid for pid in self.pids if pid is not None and pid != os.getpid() and _running(pid)]
+            left = [pid for pid in self.pids if pid is not None and pid != os.getpid() and not process_gone(pid)]
             deadline = time.monotonic() + SHUTDOWN_BOUND_S * load_scale() - outcome.seconds
             while left and time.monotonic() < deadline:
                 time.sleep(0.05)
-                left = [pid for pid in left if _running(pid)]
+                left = [pid for pid in left if not process_gone(pid)]
             if left:
                 raise Violation("C9", f"{what}: worker processes {left} still run after shutdown() returned")
             after = self._wait(
@@ -651,15 +642,6 @@ def replay(machine_class: Any, steps: list[tuple[str, dict[str, Any]]]) -> tuple
             violation = violation or found
             ran = len(steps)
     return violation, list(machine.log), ran
-
-
-def _running(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie has exited)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            return f.read().rpartition(")")[2].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _resume(pid: int) -> None:

@@ -29,6 +29,7 @@ from typing import Any
 from harness.backends import LoadedBackend, load_backend
 from harness.chaos.model import Violation
 from harness.contract import ExecutorConfig
+from harness.system.growth import JUDGED_FROM_CALLS
 from harness.system.load import load_per_cpu, load_scale
 
 
@@ -47,6 +48,8 @@ class Stats:
     executors: int = 0
     faults: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     largest_wait: float = 0.0
+    #: Waits that kept SPEC's bound only by its stretch with the load (every model's, shared).
+    stretched: list[str] = dataclasses.field(default_factory=list)
     #: Operations done, by kind.
     done: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     #: Seconds spent per operation (and in starting and shutting down executors).
@@ -161,7 +164,6 @@ class Run:
         self.shrink_s = shrink_s
         self.first_found: float | None = None
         self.findings: list[Finding] = []
-        self.stretched: list[str] = []
         self.shrink_stopped = False
         self.replaying = False
 
@@ -382,7 +384,7 @@ def run_chaos(
     report.stats = run.stats
     report.findings = run.findings[:1]
     report.shrink_stopped = run.shrink_stopped
-    report.stretched += run.stretched
+    report.stretched += run.stats.stretched
     report.load_per_cpu = load_per_cpu()
     return report
 
@@ -404,7 +406,7 @@ def render(report: ChaosReport) -> str:
         lines.append(f"  left out of the schedule: {operation} ({why})")
     if report.soak is not None:
         s = report.soak
-        judged = "judged" if s.judged else f"NOT judged: fewer than {soak_module_floor()} calls after the warm-up"
+        judged = "judged" if s.judged else f"NOT judged: fewer than {JUDGED_FROM_CALLS} calls after the warm-up"
         lines.append(f"  soak: {s.calls} calls in {s.seconds:.0f} s, growth per 1,000 calls ({judged}):")
         lines += [f"    {g.describe()}" + ("  <- over" if g.over else "") for g in s.growth]
     if report.stretched:
@@ -423,12 +425,6 @@ def render(report: ChaosReport) -> str:
     else:
         lines.append("no violation")
     return "\n".join(lines)
-
-
-def soak_module_floor() -> int:
-    from harness.system.growth import JUDGED_FROM_CALLS
-
-    return JUDGED_FROM_CALLS
 
 
 def write_json(report: ChaosReport, path: str) -> None:

@@ -47,7 +47,7 @@ def soak(executor: Any, pids: list[int | None], seconds: float, rng: random.Rand
     from harness.conformance import probes
 
     world_size = len(pids)
-    model = Model(world_size)
+    model = Model(world_size, stretched=stats.stretched)
     processes = {"caller": os.getpid()}
     processes.update({f"rank {r}": pid for r, pid in enumerate(pids) if pid is not None and pid != os.getpid()})
     result = SoakResult()
