@@ -12,7 +12,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-vllm install-compat conform chaos test test-core test-nodes test-nodes-full test-vllm test-vllm-full vllm-report lint bench gpu-test gpu-test-vllm
+.PHONY: install install-vllm install-compat conform chaos test test-core test-chaos test-nodes test-nodes-full test-vllm test-vllm-full vllm-report lint bench gpu-test gpu-test-vllm
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -117,8 +117,10 @@ conform: $(STAMP)
 
 ## The tests: the simulated tier (CPU workers on gloo), then vLLM's executors.
 ## test-nodes runs while vLLM installs (pip: mostly disk), then vLLM's own runs.
+## test-nodes and the chaos runs go on while vLLM installs (pip: mostly disk):
+## a chaos run waits on its kills, stalls and timeouts more than it computes.
 test: test-core
-	$(MAKE) -j2 test-nodes install-vllm
+	$(MAKE) -j3 test-nodes install-vllm test-chaos
 	$(MAKE) test-vllm
 
 ## What a user's environment may pair harness with, at the floor of its pytest range:
@@ -165,8 +167,13 @@ test-nodes-full: $(STAMP)
 
 ## The tests without vLLM (no 3.5 GB install): unit, meta, and the suite for every built-in backend.
 ## --durations: CI's log names the slowest tests, where room for a new check is made.
+## The chaos runs (marker chaos) are make test-chaos's.
 test-core: $(STAMP) $(COMPAT_STAMP)
-	HARNESS_COMPAT_PYTHON=$(CURDIR)/$(COMPAT_VENV)/bin/python $(BIN)/python -m pytest -m "not gpu" --durations=30
+	HARNESS_COMPAT_PYTHON=$(CURDIR)/$(COMPAT_VENV)/bin/python $(BIN)/python -m pytest -m "not gpu and not chaos" --durations=30
+## The chaos runs of make test: a short run per built-in backend, and the proof
+## that a run finds each broken backend (tests/*/test_chaos.py).
+test-chaos: $(STAMP)
+	$(BIN)/python -m pytest -p no:cacheprovider -m "chaos and not gpu" --durations=10
 
 lint: $(STAMP)
 	$(BIN)/ruff check harness tests docs/vllm/make_report.py

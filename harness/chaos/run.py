@@ -406,7 +406,11 @@ def render(report: ChaosReport) -> str:
         lines.append(f"  left out of the schedule: {operation} ({why})")
     if report.soak is not None:
         s = report.soak
-        judged = "judged" if s.judged else f"NOT judged: fewer than {JUDGED_FROM_CALLS} calls after the warm-up"
+        judged = (
+            "judged"
+            if s.judged
+            else f"NOT judged, C10 not checked: fewer than {JUDGED_FROM_CALLS} calls after the warm-up"
+        )
         lines.append(f"  soak: {s.calls} calls in {s.seconds:.0f} s, growth per 1,000 calls ({judged}):")
         lines += [f"    {g.describe()}" + ("  <- over" if g.over else "") for g in s.growth]
     if report.stretched:

@@ -22,6 +22,7 @@ __all__ = [
     "WARM_UP",
     "WINDOW",
     "Growth",
+    "enough_to_judge",
     "growth_of",
     "measure",
     "slope",
@@ -69,6 +70,11 @@ class Growth:
             f"{self.process} {self.quantity}: {self.first / scale:.1f} -> {self.last / scale:.1f} {unit}, "
             f"{self.per_1000 / scale:+.2f} {unit} per 1,000 calls (bound {self.bound / scale:g})"
         )
+
+
+def enough_to_judge(calls: int) -> bool:
+    """Whether ``calls`` leave :data:`JUDGED_FROM_CALLS` after the warm-up."""
+    return calls - int(calls * WARM_UP) >= JUDGED_FROM_CALLS
 
 
 def measure(processes: dict[str, int]) -> dict[tuple[str, str], float]:

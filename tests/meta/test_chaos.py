@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.system.load import load_scale
 from tests.chaos.runs import chaos
+
+pytestmark = pytest.mark.chaos
 
 #: (broken factory in tests/meta/broken.py, the clause a chaos run must name)
 FOUND = [
@@ -34,8 +37,9 @@ def test_a_chaos_run_finds_the_broken_backend_names_the_clause_and_shrinks_the_s
     assert code == 1, f"exit {code}, expected 1 (a violation found):\n{out[-3000:]}"
     found = report["findings"][0]
     assert found["clause"] == clause, f"the run named {found['clause']}, expected {clause}:\n{out[-3000:]}"
-    # Found within the run's own time (the soak's judgement comes at its end).
-    assert found["found_after_s"] <= DURATION_S + 10, out[-3000:]
+    # Found within the run's own time (the soak's judgement comes at its end; a
+    # busy machine may stretch the soak until it has the calls to be judged).
+    assert found["found_after_s"] <= (DURATION_S + 10) * load_scale(), out[-3000:]
     assert len(found["operations"]) <= MOST_OPERATIONS, f"shrunk to {len(found['operations'])} operations:\n{out}"
     if found["steps"]:
         assert found["replayed"] == "failed again", out[-3000:]

@@ -3,15 +3,18 @@
 
 from __future__ import annotations
 
+import random
 import time
+import types
 from typing import Any
 
 import pytest
 
 from harness.__main__ import main
 from harness.backends import load_backend
+from harness.chaos import soak
 from harness.chaos.model import Echo, Model, Outcome, Violation
-from harness.chaos.run import Finding, Run
+from harness.chaos.run import ChaosReport, Finding, Run, render
 from harness.contract import ExecutorConfig
 from harness.system import growth
 
@@ -120,6 +123,52 @@ def test_a_warm_up_that_stops_is_within_the_bound_over_the_last_window() -> None
     assert [g.over for g in growth.growth_of(samples, since=15_000)] == [False]
 
 
+# ---- the soak's length -----------------------------------------------------------------
+
+
+class _InProcess:
+    """An executor whose two ranks answer in the caller, after ``delay_s`` a call."""
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        self.delay_s = delay_s
+
+    def collective_rpc(self, method: Any, args: Any, kwargs: Any, unique_reply_rank: Any, non_block: bool) -> Any:
+        from concurrent.futures import Future
+
+        time.sleep(self.delay_s)
+        out = [method(types.SimpleNamespace(rank=r), *args, **kwargs) for r in range(2)]
+        reply = out if unique_reply_rank is None else out[unique_reply_rank]
+        if not non_block:
+            return reply
+        future: Future[Any] = Future()
+        future.set_result(reply)
+        return future
+
+
+def _stats() -> Any:
+    return types.SimpleNamespace(stretched=[], calls=0)
+
+
+def test_a_soak_too_short_to_be_judged_goes_on_until_it_has_the_calls() -> None:
+    result = soak.soak(_InProcess(), [None, None], 0.01, random.Random(0), _stats())
+    assert result.judged and growth.enough_to_judge(result.calls)
+    assert result.calls - int(result.calls * growth.WARM_UP) < growth.JUDGED_FROM_CALLS + 8, "it stops once judged"
+
+
+def test_a_soak_that_cannot_make_the_calls_in_its_cap_says_c10_was_not_checked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(soak, "EXTEND", 0.0)
+    monkeypatch.setattr(soak, "EXTEND_AT_LEAST_S", 0.3)
+    monkeypatch.setattr(soak, "load_scale", lambda: 1.0)
+    started = time.monotonic()
+    result = soak.soak(_InProcess(delay_s=0.002), [None, None], 0.1, random.Random(0), _stats())
+    assert time.monotonic() - started < 2.0 and not result.judged
+    report = ChaosReport("fake", 2, "spawn", 0, 0.1)
+    report.soak = result
+    assert "NOT judged, C10 not checked" in render(report)
+
+
 # ---- shrinking -----------------------------------------------------------------------
 
 
@@ -150,7 +199,7 @@ class _Machine:
 
 def test_the_shrinker_cuts_the_steps_down_to_those_the_violation_needs() -> None:
     run = Run(load_backend("mp"), ExecutorConfig(world_size=2), 60, 0, 0.0, 30)
-    steps = [(name, {}) for name in "xyaxzyxbzzy"]
+    steps: list[tuple[str, dict[str, Any]]] = [(name, {}) for name in "xyaxzyxbzzy"]
     shrunk = run.shrink(_Machine, Finding("C5", "b after the other", ["..."], 1.0, steps))
     assert [name for name, _ in shrunk.steps] == ["a", "b"]
     assert shrunk.operations == ["start", "a", "b"] and shrunk.replayed == "failed again"
