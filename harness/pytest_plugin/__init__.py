@@ -742,7 +742,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     for key, value in matrix.settings.items():
         terminalreporter.write_line(f"{key}: {value}")
     terminalreporter.write_line("")
-    terminalreporter.write_line(matrix.render_terminal())
+    terminalreporter.write_line(matrix.render_terminal(config.get_terminal_writer().fullwidth))
     collector = config.stash[collector_key]
     for failure in collector.unlisted_failures:
         terminalreporter.write_line(

@@ -188,14 +188,15 @@ class ClauseMatrix:
 
     # ---- rendering ------------------------------------------------------------
 
-    def _notes(self) -> list[str]:
+    def notes(self, columns: list[str] | None = None) -> list[str]:
         """What is not a plain pass, under its cell: one line per failure, and
         one per kind of other outcome with its reason (tests counted, not
-        listed); the tests filtered out of the run are counted once, at the end."""
+        listed); the tests filtered out of the run are counted once, at the end.
+        ``columns``: those to speak of (default: all)."""
         out = []
         filtered = 0
         for clause in self.clauses:
-            for col in self.columns:
+            for col in self.columns if columns is None else columns:
                 groups: dict[tuple[str, str], list[str]] = {}
                 for r in self.cells.get((clause, col), []):
                     if r.outcome == NOT_RUN and r.note == FILTERED_OUT:
@@ -211,25 +212,11 @@ class ClauseMatrix:
             out.append(f"{filtered} test results not run: filtered out of this run (-k, -m, --harness-sample)")
         return out
 
-    def render_terminal(self) -> str:
-        cols = self.columns
-        lines: list[str] = []
-        if cols:
-            width = max(14, *(len(c) for c in cols))
-            head = f"{'clause':<7}" + "".join(f"{c:>{width + 2}}" for c in cols) + "   summary"
-            lines += [head, "-" * len(head)]
-            for clause in self.clauses:
-                row = f"{clause:<7}" + "".join(f"{self.outcome(clause, c) or '-':>{width + 2}}" for c in cols)
-                lines.append(row + "   " + CLAUSES[clause])
-            notes = self._notes()
-            if notes:
-                lines += ["", *(f"  {n}" for n in notes)]
-        else:
-            lines.append("no clause was checked")
-        for backend, why in self.not_checked.items():
-            lines.append(f"NOTHING CHECKED for backend {backend!r}: {why}")
-        lines += self.removed_lines()
-        return "\n".join(lines)
+    def render_terminal(self, width: int | None = None) -> str:
+        """The matrix for a terminal ``width`` wide (default: this terminal's); see ``terminal.py``."""
+        from harness.report import terminal
+
+        return terminal.render(self, width)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -273,7 +260,7 @@ class ClauseMatrix:
             for clause in self.clauses:
                 cells = [self.outcome(clause, c) or "-" for c in cols]
                 lines.append(f"| {clause} | " + " | ".join(cells) + f" | {CLAUSES[clause]} |")
-        notes = self._notes()
+        notes = self.notes()
         if notes:
             lines += ["", "## Failures, blocked checks, gaps and what did not run", ""]
             lines += [f"- {n}" for n in notes]

@@ -1,0 +1,160 @@
+"""The clause matrix as text for a terminal: it fits the terminal's width.
+
+Two things kept ``make conform``'s matrix from fitting (14 columns, about 250
+characters a line, on a machine without a GPU):
+
+- columns of which every cell reads ``not run`` (the ``cuda`` columns without a
+  GPU, the node columns without root) fold into one line each under the matrix,
+  grouped by what follows the world size (``cuda``, ``cpu 2 nodes``), with the
+  reasons and, for ``cuda``, how to run them;
+- a matrix still wider than the terminal breaks into several tables, each a
+  whole number of backends (a backend's columns stay side by side), and the
+  clause summaries move to a legend of their own.
+
+::
+
+    ClauseMatrix ──► fold the all-``not run`` columns ──► blocks of backends that fit
+                                                   │                    │
+                                   "cuda: not run in every column …"   tables, then the legend, then the notes
+
+A folded column is not a pass: a run whose backends were all ``not run`` still
+says NOTHING CHECKED and fails (SPEC.md, "Outcomes").
+"""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from typing import TYPE_CHECKING
+
+from harness.contract import CLAUSES
+
+if TYPE_CHECKING:
+    from harness.report import ClauseMatrix
+
+#: A width to assume where the terminal's is unknown (a pipe, CI's log): what
+#: shutil falls back to.
+DEFAULT_WIDTH = 80
+#: How many reasons a folded line names before it counts the rest.
+MOST_REASONS = 3
+#: How to run the columns of a device that did not run for want of it.
+HOW_TO_RUN = {"cuda": "on a GPU runner: `pytest -m gpu` or `make gpu-test`"}
+CLAUSE_WIDTH = 7
+GAP = "   "
+#: The least room a summary beside a table is given before it moves to the legend.
+LEAST_SUMMARY = 30
+
+
+def terminal_width() -> int:
+    return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
+
+
+def kind_of_column(column: str) -> str:
+    """What follows the world size in a column's name: ``cuda`` for ``mp ws2 cuda``,
+    ``cpu 2 nodes`` for ``ray ws4 cpu 2 nodes``."""
+    words = column.split(" ")
+    at = next((i for i, w in enumerate(words) if w.startswith("ws") and w[2:].isdigit()), len(words) - 2)
+    return " ".join(words[at + 1 :])
+
+
+def folded_columns(matrix: ClauseMatrix) -> dict[str, list[str]]:
+    """Columns whose every cell reads ``not run``, by :func:`kind_of_column`."""
+    from harness.report import NOT_RUN
+
+    out: dict[str, list[str]] = {}
+    for column in matrix.columns:
+        outcomes = [matrix.outcome(clause, column) for clause in matrix.clauses]
+        present = [o for o in outcomes if o is not None]
+        if present and all(o == NOT_RUN for o in present):
+            out.setdefault(kind_of_column(column), []).append(column)
+    return out
+
+
+def fold_line(matrix: ClauseMatrix, kind: str, columns: list[str]) -> str:
+    from harness.report import FILTERED_OUT
+
+    reasons: list[str] = []
+    filtered = False
+    for (_, column), results in matrix.cells.items():
+        for r in results if column in columns else ():
+            if r.note == FILTERED_OUT:
+                filtered = True
+            elif r.note and r.note not in reasons:
+                reasons.append(r.note)
+    if filtered and not reasons:
+        reasons.append("filtered out of this run (-k, -m, --harness-sample)")
+    named = reasons[:MOST_REASONS] + (
+        [f"and {len(reasons) - MOST_REASONS} more"] if len(reasons) > MOST_REASONS else []
+    )
+    where = "every backend" if len({c.split(" ws")[0] for c in columns}) > 1 else columns[0].split(" ws")[0]
+    line = f"{kind}: not run for {where} ({', '.join(c.replace(' ' + kind, '') for c in columns)})"
+    if named:
+        line += ": " + "; ".join(named)
+    if kind in HOW_TO_RUN:
+        line += f"; {HOW_TO_RUN[kind]}"
+    return line
+
+
+def blocks_of(matrix: ClauseMatrix, columns: list[str], width: int, cell: int) -> list[list[str]]:
+    """The columns in tables that each fit ``width``, a backend's columns together
+    (split only where one backend alone is wider)."""
+    from harness.report import backend_of_column
+
+    fits = max(1, (width - CLAUSE_WIDTH) // cell)
+    by_backend: dict[str, list[str]] = {}
+    for column in columns:
+        by_backend.setdefault(backend_of_column(column), []).append(column)
+    blocks: list[list[str]] = []
+    for backend_columns in by_backend.values():
+        for start in range(0, len(backend_columns), fits):
+            part = backend_columns[start : start + fits]
+            if blocks and len(blocks[-1]) + len(part) <= fits:
+                blocks[-1] += part
+            else:
+                blocks.append(list(part))
+    return blocks
+
+
+def render(matrix: ClauseMatrix, width: int | None = None) -> str:
+    width = width or terminal_width()
+    folded = folded_columns(matrix)
+    hidden = {c for cols in folded.values() for c in cols}
+    shown = [c for c in matrix.columns if c not in hidden]
+    clauses = [cl for cl in matrix.clauses if any((cl, c) in matrix.cells for c in shown)]
+    lines: list[str] = []
+    if shown:
+        cell = max(14, *(len(c) for c in shown)) + 2
+        blocks = blocks_of(matrix, shown, width, cell)
+        beside = len(blocks) == 1 and width - CLAUSE_WIDTH - cell * len(shown) - len(GAP) >= LEAST_SUMMARY
+        for i, block in enumerate(blocks):
+            head = f"{'clause':<{CLAUSE_WIDTH}}" + "".join(f"{c:>{cell}}" for c in block)
+            room = width - len(head) - len(GAP)
+            lines += [""] if i else []
+            lines += [
+                head + (GAP + "summary" if beside else ""),
+                "-" * min(width, len(head) + (len(GAP) + 7 if beside else 0)),
+            ]
+            for clause in clauses:
+                row = f"{clause:<{CLAUSE_WIDTH}}" + "".join(
+                    f"{matrix.outcome(clause, c) or '-':>{cell}}" for c in block
+                )
+                lines.append(row + (GAP + _cut(CLAUSES[clause], room) if beside else ""))
+        if not beside:
+            lines += ["", "clauses:"] + [f"  {cl:<5}{_cut(CLAUSES[cl], width - 7)}" for cl in clauses]
+    elif not folded:
+        lines.append("no clause was checked")
+    if folded:
+        lines.append("")
+        for kind, cols in folded.items():
+            lines += textwrap.wrap(fold_line(matrix, kind, cols), width, subsequent_indent="    ")
+    notes = matrix.notes(shown)
+    if notes:
+        lines += ["", *(f"  {n}" for n in notes)]
+    for backend, why in matrix.not_checked.items():
+        lines.append(f"NOTHING CHECKED for backend {backend!r}: {why}")
+    lines += matrix.removed_lines()
+    return "\n".join(lines)
+
+
+def _cut(text: str, room: int) -> str:
+    return text if len(text) <= room else text[: max(room - 1, 0)] + "…"
