@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 
 def _version() -> str:
@@ -22,6 +24,13 @@ def _conform(args: argparse.Namespace, pytest_args: list[str]) -> int:
     import os
 
     import harness.conformance as suite
+
+    submission = None
+    if args.submission:
+        submission = _start_submission(args)
+        if submission is None:
+            return 2
+        pytest_args = [*pytest_args, f"--junitxml={submission / 'junit.xml'}"]
 
     here = os.path.dirname(os.path.abspath(suite.__file__))
     # A fresh interpreter: this one has imported harness already, which pytest
@@ -53,6 +62,8 @@ def _conform(args: argparse.Namespace, pytest_args: list[str]) -> int:
         "declare": "--harness-declare",
         "report_json": "--harness-report-json",
         "report_md": "--harness-report-md",
+        "report_html": "--harness-report-html",
+        "test_logs": "--harness-test-logs",
         "timeout": "--harness-timeout",
         "jobs": "--harness-jobs",
         "require_gpus": "--harness-require-gpus",
@@ -79,10 +90,82 @@ def _conform(args: argparse.Namespace, pytest_args: list[str]) -> int:
         # Each test named as it starts: a long run shows where it is (and the
         # plugin names a test still running every 30 s).
         argv.append("-v")
-    return _in_a_temporary_folder_of_its_own(argv + extra, keep="--harness-keep-leftovers" in extra)
+    log = str(submission / "e2e.log") if submission is not None else None
+    status = _in_a_temporary_folder_of_its_own(argv + extra, keep="--harness-keep-leftovers" in extra, log=log)
+    if submission is not None:
+        _finish_submission(args, submission, status)
+    return status
 
 
-def _in_a_temporary_folder_of_its_own(argv: list[str], keep: bool) -> int:
+def _start_submission(args: argparse.Namespace) -> Any:
+    """The submission's folder, made, with the reports pointed into it; None (and
+    why, printed) where it cannot be one: it must be new or empty, for one backend."""
+    from pathlib import Path
+
+    from harness.report import submission as sub
+
+    folder = Path(args.submission)
+    where = f"python -m harness conform --submission {args.submission}"
+    if "," in args.backend:
+        print(f"{where}: a submission is for one backend, got --backend {args.backend!r}", file=sys.stderr)
+        return None
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        print(f"{where}: {folder} exists and is not an empty folder (nothing is overwritten)", file=sys.stderr)
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    for attr, name in (("report_json", sub.REPORT_JSON), ("report_html", sub.REPORT_HTML)):
+        if getattr(args, attr):
+            print(f"{where}: --{attr.replace('_', '-')} is written into the submission as {name}", file=sys.stderr)
+        setattr(args, attr, str(folder / name))
+    args.test_logs = str(folder / sub.TEST_LOGS)
+    return folder
+
+
+def _finish_submission(args: argparse.Namespace, folder: Any, status: int) -> None:
+    """submission.json and SHA256SUMS, once the run ended with ``status``."""
+    import datetime
+    import shlex
+
+    from harness import __version__
+    from harness.backends import BUILTIN_BACKENDS, load_backend
+    from harness.report import machine_settings
+    from harness.report import submission as sub
+
+    loaded = load_backend(args.backend, where="--backend")
+    factory = BUILTIN_BACKENDS[args.backend][0] if args.backend in BUILTIN_BACKENDS else args.backend
+    manifest = {
+        "backend": args.backend,
+        "factory": factory,
+        "backend_version": loaded.version or _distribution_version(factory) or __version__,
+        "spec": machine_settings()["spec"],
+        "harness": __version__,
+        "world_sizes": list(loaded.world_sizes) if loaded.world_sizes else None,
+        "start_methods": list(loaded.start_methods) if loaded.start_methods else None,
+        "declared": dict(loaded.unsupported),
+        "machine": machine_settings(),
+        "command": shlex.join(["python", "-m", "harness", *sys.argv[1:]]),
+        "exit_status": status,
+        "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    sub.write_manifest(folder, manifest)
+    sub.write_sums(folder)
+    print(f"harness: submission written to {folder}; check it with: python -m harness verify {folder}")
+
+
+def _distribution_version(factory: str) -> str | None:
+    """The version of the installed distribution the factory's module comes from."""
+    import importlib.metadata
+
+    top = factory.split(":", 1)[0].split(".", 1)[0]
+    for dist in importlib.metadata.packages_distributions().get(top, []):
+        try:
+            return f"{dist} {importlib.metadata.version(dist)}"
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _in_a_temporary_folder_of_its_own(argv: list[str], keep: bool, log: str | None = None) -> int:
     """Run the suite's pytest with ``TMPDIR`` a folder of the run's own, removed
     after it: what the run's own process puts in the temporary folder (pytest's
     base folder, a cache torch makes when a backend imports vLLM) goes with it,
@@ -96,7 +179,7 @@ def _in_a_temporary_folder_of_its_own(argv: list[str], keep: bool) -> int:
     folder = tempfile.mkdtemp(prefix="harness-run-")
     try:
         with environ({"TMPDIR": folder}):
-            return run_pytest(argv)
+            return run_pytest(argv, log)
     finally:
         if keep:
             print(f"harness: the run's temporary folder is kept: {folder}", file=sys.stderr)
@@ -104,7 +187,7 @@ def _in_a_temporary_folder_of_its_own(argv: list[str], keep: bool) -> int:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def run_pytest(argv: list[str]) -> int:
+def run_pytest(argv: list[str], log: str | None = None) -> int:
     """Run ``argv`` (a pytest) to its end, whatever signal this process gets.
 
     pytest runs in a process group of its own, so that a Ctrl-C at the
@@ -114,7 +197,8 @@ def run_pytest(argv: list[str]) -> int:
     at the running test, kills that test's processes, prints the partial matrix
     and writes its reports; this process waits for that and exits with its
     status, with no traceback of its own. Should this process be SIGKILLed,
-    pytest gets SIGINT from the kernel (``PR_SET_PDEATHSIG``): no orphan."""
+    pytest gets SIGINT from the kernel (``PR_SET_PDEATHSIG``): no orphan.
+    ``log``: a file that gets a copy of everything pytest prints."""
     import signal
     import subprocess
 
@@ -125,10 +209,18 @@ def run_pytest(argv: list[str]) -> int:
         with contextlib.suppress(ProcessLookupError):
             child.send_signal(signal.SIGINT)
 
-    child = subprocess.Popen(argv, preexec_fn=_own_group_dying_with_parent)  # noqa: PLW1509 - single-threaded here
+    out = subprocess.PIPE if log else None
+    err = subprocess.STDOUT if log else None
+    child = subprocess.Popen(argv, preexec_fn=_own_group_dying_with_parent, stdout=out, stderr=err)  # noqa: PLW1509 - single-threaded here
     handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     previous = {s: signal.signal(s, forward) for s in handled}
     try:
+        if log and child.stdout is not None:
+            with open(log, "wb") as copy:
+                for line in child.stdout:
+                    sys.stdout.buffer.write(line)
+                    sys.stdout.flush()
+                    copy.write(line)
         return child.wait()
     finally:
         for s, handler in previous.items():
@@ -291,6 +383,50 @@ def _chaos(args: argparse.Namespace) -> int:
     return 1 if report.findings else 0
 
 
+def _verify(args: argparse.Namespace) -> int:
+    from harness.report.submission import verify
+
+    verdict = verify(args.submission)
+    print(verdict.render())
+    return verdict.exit_code
+
+
+def _report(args: argparse.Namespace) -> int:
+    """report diff: exit 1 where a cell got worse; report html: the page of a JSON report.
+    Exit 2 on a report that cannot be read."""
+    from harness.report.reading import ReportError, read_report
+
+    try:
+        if args.report_command == "html":
+            from harness.report.html import write_page
+
+            matrix = read_report(args.report)
+            out = args.output or os.path.splitext(args.report)[0] + ".html"
+            write_page(matrix, out, title=args.title or f"harness conformance report: {os.path.basename(args.report)}")
+            print(f"wrote {out}")
+            return 0
+        from harness.report import diff as report_diff
+
+        old, new = read_report(args.old), read_report(args.new)
+    except ReportError as exc:
+        print(f"python -m harness report {args.report_command}: {exc}", file=sys.stderr)
+        return 2
+    changes = report_diff.diff(old, new)
+    before, after = report_diff.backends_of(old), report_diff.backends_of(new)
+    if len(before) == 1 and len(after) == 1 and before != after:
+        print(f"comparing backend {before.pop()} ({args.old}) with {after.pop()} ({args.new}), variant by variant")
+    print(report_diff.render_text(changes, args.old, args.new))
+    if args.md:
+        with open(args.md, "w", encoding="utf-8") as f:
+            f.write(report_diff.render_markdown(changes, args.old, args.new))
+    if args.html:
+        from harness.report.html import render_diff_page
+
+        with open(args.html, "w", encoding="utf-8") as f:
+            f.write(render_diff_page(changes, args.old, args.new))
+    return 1 if any(c.worse for c in changes) else 0
+
+
 def _non_negative_float(text: str) -> float:
     try:
         value = float(text)
@@ -329,6 +465,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     conform.add_argument("--seed", help="seed of the tensor-parallel checks' weights and inputs (default 0)")
     conform.add_argument("--report-json", help="write the matrix as JSON to this path")
     conform.add_argument("--report-md", help="write the matrix as Markdown to this path")
+    conform.add_argument(
+        "--report-html", help="write the matrix as one self-contained HTML page (each cell's evidence a click away)"
+    )
+    conform.add_argument("--test-logs", help="write each test's own log into this folder")
+    conform.add_argument(
+        "--submission",
+        help="write a conformance submission into this new or empty folder: the log, JUnit, JSON and HTML "
+        "reports, each test's log, submission.json and SHA256SUMS (check it: python -m harness verify DIR)",
+    )
     conform.add_argument("--timeout", help="seconds before a test is killed with its processes (default 300)")
     conform.add_argument(
         "--jobs",
@@ -394,6 +539,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     chaos.set_defaults(func=_chaos)
     from harness.contract import SHIPPED_DOCS
 
+    verify = sub.add_parser(
+        "verify",
+        help="check a conformance submission: conformant, partial or not conformant; exit 0 only if conformant",
+    )
+    verify.add_argument("submission", help="the folder conform --submission wrote")
+    verify.set_defaults(func=_verify)
+    report = sub.add_parser("report", help="read JSON reports: the cells that changed between two, or one as HTML")
+    report_sub = report.add_subparsers(dest="report_command", required=True)
+    diff = report_sub.add_parser(
+        "diff", help="the cells whose outcome changed between two runs, with their tests; exit 1 if any got worse"
+    )
+    diff.add_argument("old", help="the earlier run's --report-json")
+    diff.add_argument("new", help="the later run's --report-json")
+    diff.add_argument("--md", help="also write the changes as Markdown to this path")
+    diff.add_argument("--html", help="also write the changes as one HTML page to this path")
+    page = report_sub.add_parser("html", help="one self-contained HTML page of a --report-json report")
+    page.add_argument("report", help="a --report-json report")
+    page.add_argument("-o", "--output", help="the page's path (default: the report's, ending in .html)")
+    page.add_argument("--title", help="the page's title")
+    report.set_defaults(func=_report)
     docs = sub.add_parser("docs", help="where the contract (SPEC.md) and the implementers' guide are; or print one")
     docs.add_argument("name", nargs="?", choices=SHIPPED_DOCS, help="print this document")
     docs.set_defaults(func=_docs)

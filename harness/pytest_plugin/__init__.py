@@ -223,8 +223,12 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line("markers", "clause(*ids): the SPEC.md clauses this test checks")
     opts = parse_options(config)
-    for option in ("harness_report_json", "harness_report_md"):
+    for option in ("harness_report_json", "harness_report_md", "harness_report_html"):
         _check_report_path(config, option)
+    if config.getoption("harness_test_logs") and not _xdist_worker(config):
+        from harness.pytest_plugin.test_logs import TestLogs
+
+        config.pluginmanager.register(TestLogs(config.getoption("harness_test_logs")), "harness-test-logs")
     load_all(opts)
     config.stash[options_key] = opts
     matrix = ClauseMatrix()
@@ -736,6 +740,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         return
     matrix = config.stash[matrix_key]
     matrix.write(config.getoption("harness_report_json"), config.getoption("harness_report_md"))
+    if config.getoption("harness_report_html"):
+        from harness.report.html import write_page
+
+        write_page(matrix, config.getoption("harness_report_html"))
     if not matrix.cells and not matrix.not_checked:
         return
     terminalreporter.section("harness conformance: clause x backend, world size, device")

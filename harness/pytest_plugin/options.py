@@ -198,6 +198,18 @@ _OPTIONS = (
     ("--harness-sample", None, "harness_sample", HELP_SAMPLE),
     ("--harness-report-json", "--report-json", "harness_report_json", "write the clause matrix as JSON to this path"),
     ("--harness-report-md", "--report-md", "harness_report_md", "write the clause matrix as Markdown to this path"),
+    (
+        "--harness-test-logs",
+        "--test-logs",
+        "harness_test_logs",
+        "write each test's own log (its reports, failure text and output) into this folder",
+    ),
+    (
+        "--harness-report-html",
+        "--report-html",
+        "harness_report_html",
+        "write the clause matrix as one self-contained HTML page, each cell's evidence a click away",
+    ),
 )
 HELP_KEEP_LEFTOVERS = (
     "keep what each test's processes left (segments, semaphores, files in its temporary folder) for debugging, "

@@ -48,6 +48,8 @@ __all__ = ["MatrixCollector", "tag_item"]
 #: The clause a leak found after a test is reported under.
 LEAK_CLAUSE = "C9"
 _MAX_NOTE = 400
+#: The most of a failure's text a report keeps (the stacks of a hung run's processes can be long).
+_MAX_DETAIL = 16_000
 
 
 def device_of(item: pytest.Item) -> str:
@@ -88,6 +90,15 @@ def _failure_message(report: pytest.TestReport) -> str:
     text = str(crash.message) if crash is not None else str(longrepr)
     text = " ".join(text.split())
     return text if len(text) <= _MAX_NOTE else text[: _MAX_NOTE - 3] + "..."
+
+
+def _failure_detail(report: pytest.TestReport) -> str:
+    """A failure's whole text, its head and tail where it is longer than :data:`_MAX_DETAIL`."""
+    text = str(report.longrepr or "")
+    if len(text) <= _MAX_DETAIL:
+        return text
+    cut = len(text) - _MAX_DETAIL
+    return text[: _MAX_DETAIL * 3 // 4] + f"\n[... {cut} characters left out ...]\n" + text[-_MAX_DETAIL // 4 :]
 
 
 class MatrixCollector:
@@ -202,7 +213,7 @@ class MatrixCollector:
         load = float(str(dict(report.user_properties).get(LOAD_PROPERTY, 0.0)))
         if outcome == FAIL and load > 1.0:
             note = f"{note} [the machine was loaded: {load:.1f} runnable per CPU]"
-        self.matrix.add(clause, column, outcome, test, note)
+        self.matrix.add(clause, column, outcome, test, note, _failure_detail(report) if outcome == FAIL else "")
         self._dirty = True
         if outcome == FAIL:
             self._failures_of.setdefault(report.nodeid, []).append(f"FAIL {clause} [{column}] {test}: {note}")

@@ -79,6 +79,9 @@ class Result:
     outcome: Outcome
     test: str  # the test id within its variant, e.g. "test_c4_...[mp-ws2-spawn]"
     note: str = ""
+    #: A failure's whole text (its traceback; at a timeout, every process's
+    #: stacks; after a leak, what leaked), for the HTML page's evidence.
+    detail: str = ""
 
 
 @dataclass
@@ -122,11 +125,11 @@ class ClauseMatrix:
             lines.append(f"temporary folders kept: {' '.join(self.kept)}")
         return lines
 
-    def add(self, clause: str, column: str, outcome: Outcome, test: str = "", note: str = "") -> None:
+    def add(self, clause: str, column: str, outcome: Outcome, test: str = "", note: str = "", detail: str = "") -> None:
         if outcome not in (PASS, FAIL, DECLARED, NOT_APPLICABLE, NOT_RUN) and not outcome.startswith(BLOCKED):
             raise ValueError(f"unknown outcome {outcome!r} for {clause} [{column}]")
         results = self.cells.setdefault((clause, column), [])
-        result = Result(outcome, test, note)
+        result = Result(outcome, test, note, detail)
         if result not in results:
             results.append(result)
 
@@ -233,7 +236,9 @@ class ClauseMatrix:
                             if r.outcome != PASS or r.note
                         ],
                         "tests": [
-                            {"test": r.test, "outcome": r.outcome, "note": r.note} for r in self.cells[(clause, col)]
+                            {"test": r.test, "outcome": r.outcome, "note": r.note}
+                            | ({"detail": r.detail} if r.detail else {})
+                            for r in self.cells[(clause, col)]
                         ],
                     }
                     for col in self.columns
@@ -265,6 +270,25 @@ class ClauseMatrix:
             lines += ["", "## Failures, blocked checks, gaps and what did not run", ""]
             lines += [f"- {n}" for n in notes]
         return "\n".join(lines) + "\n"
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ClauseMatrix:
+        """The matrix a :meth:`to_json` report holds (every test's result, the settings)."""
+        matrix = cls(settings=dict(data.get("settings", {})), not_checked=dict(data.get("not_checked", {})))
+        matrix.state = str(data.get("run", "finished"))
+        matrix.removed = {b: dict(t) for b, t in data.get("removed", {}).items()}
+        for clause, columns in data["clauses"].items():
+            for column, cell in columns.items():
+                for test in cell["tests"]:
+                    matrix.add(
+                        clause,
+                        column,
+                        test["outcome"],
+                        test.get("test", ""),
+                        test.get("note", ""),
+                        test.get("detail", ""),
+                    )
+        return matrix
 
     def write(self, json_path: str | None, md_path: str | None) -> None:
         if json_path:

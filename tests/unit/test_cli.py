@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def calls(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
     seen: list[list[str]] = []
 
-    def fake_run(argv: list[str]) -> int:
+    def fake_run(argv: list[str], log: str | None = None) -> int:
         seen.append(argv)
         return 0
 
@@ -72,7 +72,7 @@ def test_conform_runs_its_pytest_in_a_temporary_folder_of_the_runs_own(
     monkeypatch.setattr("tempfile.tempdir", None)
     seen: list[str] = []
 
-    def fake_run(argv: list[str]) -> int:
+    def fake_run(argv: list[str], log: str | None = None) -> int:
         seen.append(os.environ["TMPDIR"])
         (Path(os.environ["TMPDIR"]) / "torchinductor_root").mkdir()
         return 3

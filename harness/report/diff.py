@@ -1,0 +1,140 @@
+"""Two runs compared cell by cell: ``python -m harness report diff OLD.json NEW.json``.
+
+A CI reviewer asks "did this change break a clause?"; a maintainer "which
+release fixed C7?". The answer is the cells whose outcome moved, each with the
+tests behind the move::
+
+    OLD.json ─┐
+              ├─► every (clause, column) in either ─► outcome moved? ─► CellChange (worse or not)
+    NEW.json ─┘                                            └─► the tests whose own outcome moved
+
+A cell is *worse* when its new outcome is lower in :data:`STANDING`: a pass
+that became FAIL, ``not run``, ``declared`` or ``blocked``; a cell that
+vanished (its variant no longer ran) counts as ``not run``. Any worse cell makes
+the command exit 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from harness.report import (
+    BLOCKED,
+    DECLARED,
+    FAIL,
+    NOT_APPLICABLE,
+    NOT_RUN,
+    PASS,
+    ClauseMatrix,
+    Outcome,
+    backend_of_column,
+)
+
+#: How good an outcome is, for "worse": checked and held, then said not to
+#: apply, then declared, then not checked, then broken.
+STANDING = {PASS: 5, NOT_APPLICABLE: 5, DECLARED: 3, NOT_RUN: 2, BLOCKED: 1, FAIL: 0}
+#: What a cell absent from one run reads as, for the diff.
+ABSENT = "absent"
+
+
+def standing(outcome: Outcome | None) -> int:
+    if outcome is None:
+        return STANDING[NOT_RUN]
+    return STANDING[BLOCKED] if outcome.startswith(BLOCKED) else STANDING[outcome]
+
+
+@dataclasses.dataclass(frozen=True)
+class TestChange:
+    """One test whose own outcome moved (``None``: not in that run)."""
+
+    test: str
+    old: Outcome | None
+    new: Outcome | None
+    note: str  # the new result's note, else the old's
+
+
+@dataclasses.dataclass(frozen=True)
+class CellChange:
+    clause: str
+    column: str
+    old: Outcome | None
+    new: Outcome | None
+    tests: tuple[TestChange, ...]
+
+    @property
+    def worse(self) -> bool:
+        return standing(self.new) < standing(self.old)
+
+    def describe(self) -> str:
+        word = "WORSE" if self.worse else "better" if standing(self.new) > standing(self.old) else "moved"
+        return f"{self.clause} [{self.column}]: {self.old or ABSENT} -> {self.new or ABSENT} ({word})"
+
+
+def backends_of(matrix: ClauseMatrix) -> set[str]:
+    return {backend_of_column(column) for _, column in matrix.cells}
+
+
+def variant_by_variant(matrix: ClauseMatrix, backend: str) -> ClauseMatrix:
+    """``matrix`` (of ``backend`` alone) with the backend's name taken out of its
+    columns and test ids: ``ws2 cpu``, ``test_c5[ws2-fork]``, to compare with another backend's."""
+    out = ClauseMatrix(settings=matrix.settings, not_checked=matrix.not_checked)
+    for (clause, column), results in matrix.cells.items():
+        for r in results:
+            test = r.test.replace(f"[{backend}-", "[", 1)
+            out.add(clause, column.removeprefix(f"{backend} "), r.outcome, test, r.note, r.detail)
+    return out
+
+
+def diff(old: ClauseMatrix, new: ClauseMatrix) -> list[CellChange]:
+    """The cells whose outcome differs, in clause then column order. Two runs of
+    one backend each, different ones (a broken backend against ``mp``), compare
+    variant by variant (:func:`variant_by_variant`)."""
+    old_backends, new_backends = backends_of(old), backends_of(new)
+    if len(old_backends) == 1 and len(new_backends) == 1 and old_backends != new_backends:
+        old, new = variant_by_variant(old, old_backends.pop()), variant_by_variant(new, new_backends.pop())
+    keys = sorted(set(old.cells) | set(new.cells), key=lambda k: (_clause_order(k[0]), k[1]))
+    changes = []
+    for clause, column in keys:
+        before, after = old.outcome(clause, column), new.outcome(clause, column)
+        if before == after:
+            continue
+        was = {r.test: r for r in old.cells.get((clause, column), [])}
+        now = {r.test: r for r in new.cells.get((clause, column), [])}
+        tests = tuple(
+            TestChange(test, was[test].outcome if test in was else None, now[test].outcome if test in now else None,
+                       (now[test].note if test in now else "") or (was[test].note if test in was else ""))
+            for test in sorted(set(was) | set(now))
+            if (was[test].outcome if test in was else None) != (now[test].outcome if test in now else None)
+        )  # fmt: skip
+        changes.append(CellChange(clause, column, before, after, tests))
+    return changes
+
+
+def _clause_order(clause: str) -> tuple[int, str]:
+    digits = clause[1:]
+    return (int(digits), clause) if digits.isdigit() else (10**6, clause)
+
+
+def render_text(changes: list[CellChange], old_name: str, new_name: str) -> str:
+    if not changes:
+        return f"no cell changed between {old_name} and {new_name}"
+    worse = sum(c.worse for c in changes)
+    lines = [f"{len(changes)} cells changed between {old_name} and {new_name}, {worse} worse:"]
+    for change in changes:
+        lines.append(f"  {change.describe()}")
+        for t in change.tests:
+            note = f": {t.note}" if t.note else ""
+            lines.append(f"      {t.test}: {t.old or ABSENT} -> {t.new or ABSENT}{note}")
+    return "\n".join(lines)
+
+
+def render_markdown(changes: list[CellChange], old_name: str, new_name: str) -> str:
+    lines = [f"# Changes between `{old_name}` and `{new_name}`", ""]
+    if not changes:
+        return "\n".join([*lines, "No cell changed.", ""])
+    lines += ["| clause | column | before | after | | tests |", "|---|---|---|---|---|---|"]
+    for c in changes:
+        word = "**worse**" if c.worse else "better" if standing(c.new) > standing(c.old) else "moved"
+        tests = "<br>".join(f"`{t.test}`: {t.old or ABSENT} → {t.new or ABSENT}" for t in c.tests)
+        lines.append(f"| {c.clause} | {c.column} | {c.old or ABSENT} | {c.new or ABSENT} | {word} | {tests} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,179 @@
+"""The report as one self-contained HTML page (``--report-html``), and a diff as one.
+
+The page is read offline, often as a CI artifact: its style and script are
+inline, it loads nothing. The clause x variant matrix is coloured by outcome;
+each cell is a button (Tab to it, Enter opens it, the arrow keys move between
+cells) that opens the cell's evidence: each of its tests with its outcome, the
+failure's message and whole text (a timeout's stacks, what leaked), the
+known-failures line that matched, and the one command that reruns that cell::
+
+    ClauseMatrix ──► rows and cells (outcome, css class, tests, rerun) ──► templates/page.html.j2 ──► one file
+
+Jinja2 renders it, autoescaped: a test's text is shown, never run as markup.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shlex
+from typing import Any
+
+from harness.contract import CLAUSES
+from harness.report import BLOCKED, ClauseMatrix, Outcome, backend_of_column
+
+#: A known failure's note names the list's line: "known failure, vllm_known_failures.txt:23 (…)".
+_KNOWN = re.compile(r"known failure, (\S+:\d+)")
+_COLUMN = re.compile(r"^(?P<backend>.+) ws(?P<ws>\d+) (?P<device>\S+)(?: (?P<nodes>\d+) nodes)?$")
+
+
+def css_of(outcome: Outcome | None) -> str:
+    """The class an outcome is coloured by: pass, fail, declared, na, blocked, notrun, none."""
+    if outcome is None:
+        return "none"
+    if outcome.startswith(BLOCKED):
+        return "blocked"
+    return {"pass": "pass", "FAIL": "fail", "declared": "declared", "not applicable": "na"}.get(outcome, "notrun")
+
+
+def cell_id(clause: str, column: str) -> str:
+    """An id fit for HTML and a URL's fragment: ``C4--mp-ws2-cpu``."""
+    return f"{clause}--" + re.sub(r"[^A-Za-z0-9_.-]+", "-", column).strip("-")
+
+
+def rerun_command(clause: str, column: str, settings: dict[str, Any]) -> str:
+    """The command that runs exactly this cell again: its clause, backend, world
+    size, device tier, nodes and the run's start methods."""
+    match = _COLUMN.match(column)
+    if match is None:
+        return f"python -m harness conform --clause {clause}"
+    words = ["python", "-m", "harness", "conform", "--backend", match["backend"], "--world-size", match["ws"]]
+    words += ["--clause", clause, "-m", "gpu" if match["device"] == "cuda" else "not gpu"]
+    if match["nodes"]:
+        words += ["--nodes", match["nodes"]]
+    methods = settings.get("start methods")
+    if isinstance(methods, list) and methods and backend_of_column(column) not in ("uni",):
+        words += ["--start-method", ",".join(str(m) for m in methods)]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+@dataclasses.dataclass
+class _Test:
+    test: str
+    outcome: str
+    css: str
+    note: str
+    known: str
+    detail: str
+
+
+@dataclasses.dataclass
+class _Cell:
+    id: str
+    clause: str
+    column: str
+    outcome: str
+    css: str
+    summary: str
+    rerun: str
+    tests: list[_Test]
+
+
+def _cells(matrix: ClauseMatrix) -> tuple[list[dict[str, Any]], list[_Cell]]:
+    rows: list[dict[str, Any]] = []
+    cells: list[_Cell] = []
+    for clause in matrix.clauses:
+        row: list[_Cell | None] = []
+        for column in matrix.columns:
+            outcome = matrix.outcome(clause, column)
+            if outcome is None:
+                row.append(None)
+                continue
+            tests = [
+                _Test(
+                    r.test, r.outcome, css_of(r.outcome), r.note, m[1] if (m := _KNOWN.search(r.note)) else "", r.detail
+                )
+                for r in sorted(matrix.cells[(clause, column)], key=lambda r: (-_worst_first(r.outcome), r.test))
+            ]
+            cell = _Cell(
+                cell_id(clause, column), clause, column, outcome, css_of(outcome), CLAUSES.get(clause, ""),
+                rerun_command(clause, column, matrix.settings), tests,
+            )  # fmt: skip
+            row.append(cell)
+            cells.append(cell)
+        rows.append({"clause": clause, "summary": CLAUSES.get(clause, ""), "cells": row})
+    return rows, cells
+
+
+def _worst_first(outcome: str) -> int:
+    order = ("fail", "blocked", "notrun", "pass", "na", "declared")
+    return len(order) - order.index(css_of(outcome))
+
+
+def _environment() -> Any:
+    import jinja2
+
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("harness.report", "templates"),
+        autoescape=jinja2.select_autoescape(["html", "j2"], default=True),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def render_page(matrix: ClauseMatrix, title: str = "harness conformance report") -> str:
+    rows, cells = _cells(matrix)
+    tally: dict[str, int] = {}
+    for cell in cells:
+        tally[cell.outcome] = tally.get(cell.outcome, 0) + 1
+    return str(
+        _environment()
+        .get_template("page.html.j2")
+        .render(
+            title=title,
+            state=matrix.state,
+            settings=[
+                (k, v if isinstance(v, str) else ", ".join(map(str, v)) if isinstance(v, list) else str(v))
+                for k, v in matrix.settings.items()
+            ],
+            columns=matrix.columns,
+            rows=rows,
+            cells=cells,
+            tally=sorted(tally.items(), key=lambda kv: -_worst_first(kv[0])),
+            css_of=css_of,
+            not_checked=sorted(matrix.not_checked.items()),
+            removed=matrix.removed_lines(),
+        )
+    )
+
+
+def write_page(matrix: ClauseMatrix, path: str, title: str = "harness conformance report") -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(render_page(matrix, title))
+
+
+def render_diff_page(changes: list[Any], old_name: str, new_name: str) -> str:
+    from harness.report.diff import ABSENT, standing
+
+    items = [
+        {
+            "clause": c.clause,
+            "column": c.column,
+            "old": c.old or ABSENT,
+            "new": c.new or ABSENT,
+            "old_css": css_of(c.old),
+            "new_css": css_of(c.new),
+            "word": "worse" if c.worse else "better" if standing(c.new) > standing(c.old) else "moved",
+            "summary": CLAUSES.get(c.clause, ""),
+            "tests": [
+                {"test": t.test, "old": t.old or ABSENT, "new": t.new or ABSENT, "note": t.note} for t in c.tests
+            ],
+        }
+        for c in changes
+    ]
+    return str(
+        _environment()
+        .get_template("diff.html.j2")
+        .render(old=old_name, new=new_name, changes=items, worse=sum(c.worse for c in changes))
+    )
