@@ -12,7 +12,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-vllm install-compat conform chaos test test-core test-chaos test-nodes test-nodes-full test-vllm test-vllm-full vllm-report lint bench gpu-test gpu-test-vllm
+.PHONY: install install-vllm install-compat conform chaos test test-core test-apart test-chaos install-browser screenshot test-nodes test-nodes-full test-vllm test-vllm-full vllm-report lint bench gpu-test gpu-test-vllm
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -83,7 +83,7 @@ in_own_tmpdir = t=$$(mktemp -d) && TMPDIR=$$t $(1); rc=$$?; rm -rf "$$t"; exit $
 ## against vllm-mp alone took 45 min here, more than CI's whole budget. The whole
 ## suite: make test-vllm-full (what make vllm-report runs).
 VLLM_SCOPE ?= --sample
-test-vllm: $(VLLM_STAMP)
+test-vllm: $(VLLM_STAMP) install-browser
 	@mkdir -p $(VLLM_REPORTS)
 	$(VLLM_CONFORM) $(VLLM_SCOPE) --backend vllm-mp --world-size 2 \
 	    --report-json $(VLLM_REPORTS)/vllm-mp.json --report-md $(VLLM_REPORTS)/vllm-mp.md
@@ -120,7 +120,7 @@ conform: $(STAMP)
 ## test-nodes and the chaos runs go on while vLLM installs (pip: mostly disk):
 ## a chaos run waits on its kills, stalls and timeouts more than it computes.
 test: test-core
-	$(MAKE) -j3 test-nodes install-vllm test-chaos
+	$(MAKE) -j3 test-nodes install-vllm test-apart
 	$(MAKE) test-vllm
 
 ## What a user's environment may pair harness with, at the floor of its pytest range:
@@ -167,13 +167,32 @@ test-nodes-full: $(STAMP)
 
 ## The tests without vLLM (no 3.5 GB install): unit, meta, and the suite for every built-in backend.
 ## --durations: CI's log names the slowest tests, where room for a new check is made.
-## The chaos runs (marker chaos) are make test-chaos's.
+## The chaos runs and the browser checks (markers chaos, browser) are make test-apart's.
 test-core: $(STAMP) $(COMPAT_STAMP)
-	HARNESS_COMPAT_PYTHON=$(CURDIR)/$(COMPAT_VENV)/bin/python $(BIN)/python -m pytest -m "not gpu and not chaos" --durations=30
-## The chaos runs of make test: a short run per built-in backend, and the proof
-## that a run finds each broken backend (tests/*/test_chaos.py).
+	HARNESS_COMPAT_PYTHON=$(CURDIR)/$(COMPAT_VENV)/bin/python $(BIN)/python -m pytest \
+	    -m "not gpu and not chaos and not browser" --durations=30
+## What make test runs beside the node tests and vLLM's install: the chaos runs
+## (a short run per built-in backend, and the proof that a run finds each broken
+## backend: tests/*/test_chaos.py), which wait on kills, stalls and timeouts more
+## than they compute, and the HTML report in headless Chromium (tests/browser).
+## As root the browser is installed and its checks must run (HARNESS_REQUIRE_BROWSER);
+## elsewhere, without it, they read not run with the install command.
+test-apart: $(STAMP) install-browser
+	$(if $(filter 0,$(shell id -u)),HARNESS_REQUIRE_BROWSER=1) $(BIN)/python -m pytest -p no:cacheprovider \
+	    -m "(chaos or browser) and not gpu" --durations=10
 test-chaos: $(STAMP)
 	$(BIN)/python -m pytest -p no:cacheprovider -m "chaos and not gpu" --durations=10
+## Headless Chromium and its driver, from Debian, for tests/browser (root only;
+## elsewhere it says how).
+install-browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    export DEBIAN_FRONTEND=noninteractive; get="apt-get install -y -q --no-install-recommends chromium chromium-driver"; \
+	    $$get >/dev/null || { apt-get update -q >/dev/null && $$get >/dev/null; }; \
+	else echo "install-browser: NOT INSTALLED: the HTML report's browser checks need: apt-get install chromium chromium-driver"; fi
+## The README's picture of the HTML report (docs/report-page.png), from a real run.
+screenshot: $(STAMP) install-browser
+	$(BIN)/python -m tests.browser.screenshot
 
 lint: $(STAMP)
 	$(BIN)/ruff check harness tests docs/vllm/make_report.py
