@@ -5,9 +5,14 @@ Inputs: the JSON reports of ``harness conform --backend vllm-… --report-json``
 printed when run (one ``<script>.txt`` each, written by ``make vllm-report``).
 For every clause a backend fails, the report gives the failed tests with what
 each saw, then the standalone reproducers that show it (their code and their
-output). Usage::
+output). A chaos run's JSON (``harness chaos --json``) gives the section "Under random
+faults", between the markers :data:`CHAOS_START` and :data:`CHAOS_END`; with
+``--only-chaos`` that section alone is rewritten in an existing report (a chaos run
+is a command of its own, ten minutes, made apart from the suite's runs). Usage::
 
-    python docs/vllm/make_report.py --run mp.json --run uni.json --repro-output DIR --out docs/vllm-report.md
+    python docs/vllm/make_report.py --run mp.json --run uni.json --repro-output DIR --chaos chaos.json \
+        --out docs/vllm-report.md
+    python docs/vllm/make_report.py --chaos chaos.json --only-chaos --out docs/vllm-report.md
 """
 
 from __future__ import annotations
@@ -213,6 +218,75 @@ def render(runs: list[dict], repro_output: Path | None) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+CHAOS_START = "<!-- chaos: docs/vllm/make_report.py --chaos -->"
+CHAOS_END = "<!-- /chaos -->"
+
+
+def render_chaos(runs: list[dict], repro_output: Path | None) -> str:
+    """The section of the chaos runs: what ran, what was left out, the soak, and each finding
+    with its shrunk operations, its replay command and the reproducers that show it."""
+    by_pair = reproducers()
+    out = [CHAOS_START, "## Under random faults (harness chaos)", ""]
+    out += [
+        "A chaos run (`python -m harness chaos`) mixes calls, futures read out of order and from other threads, "
+        "timeouts, worker errors, kills and stalls of workers and restarts at random, judges every outcome against "
+        "SPEC.md, and soaks one executor for growth per 1,000 calls. The clauses vLLM is known to fail are declared "
+        "(`--declare`): their operations leave the schedule, so what it finds is new.",
+        "",
+    ]
+    for run in runs:
+        soak = run.get("soak") or {}
+        out += [
+            f"### {run['backend']} at world size {run['world_size']} ({run['start_method']}), seed {run['seed']}",
+            "",
+            f"`{run['replay']}`: {run['seconds']:g} s, {run['examples']} examples, {run['operations']} operations, "
+            f"{run['calls']} calls, {run['executors']} executors started; faults: "
+            + (", ".join(f"{k} {v}" for k, v in sorted(run["faults"].items())) or "none")
+            + f" (load per CPU {run.get('load_per_cpu', 0):g}).",
+            "",
+        ]
+        out += [f"- left out: {what} ({why})" for what, why in run.get("left_out", {}).items()]
+        if soak:
+            judged = "judged" if soak.get("judged") else "NOT judged: too few calls"
+            out.append(f"- soak: {soak['calls']} calls in {soak['seconds']:g} s ({judged}); growth per 1,000 calls:")
+            out += [f"  - {_growth(g)}" for g in soak.get("growth", [])]
+        out.append("")
+        if not run["findings"]:
+            out += ["Nothing new: no violation of a clause that is not declared.", ""]
+        for finding in run["findings"]:
+            out += [
+                f"**{finding['clause']}**, found after {finding['found_after_s']:.0f} s: {finding['message']}",
+                "",
+                f"Shrunk to {len(finding['operations'])} operations ({finding.get('replayed') or 'not replayed'}):",
+                "",
+                *[f"{i}. {op}" for i, op in enumerate(finding["operations"], 1)],
+                "",
+            ]
+            scripts = by_pair.get((run["backend"], finding["clause"]), [])
+            out += [] if scripts else ["No reproducer yet.", ""]
+            for script in scripts:
+                out += _reproducer(script, repro_output, set())
+    return "\n".join([*out, CHAOS_END])
+
+
+def _growth(g: dict) -> str:
+    scale, unit = ((1 << 20), "MiB") if g["quantity"] == "memory" else (1, g["quantity"])
+    over = " **over its bound**" if g["per_1000"] > g["bound"] else ""
+    return (
+        f"{g['process']} {g['quantity']}: {g['first'] / scale:.1f} -> {g['last'] / scale:.1f} {unit}, "
+        f"{g['per_1000'] / scale:+.2f} per 1,000 calls (bound {g['bound'] / scale:g}){over}"
+    )
+
+
+def with_chaos(report: str, section: str) -> str:
+    """``report`` with its chaos section replaced by ``section`` (appended where it has none)."""
+    if CHAOS_START in report and CHAOS_END in report:
+        head, _, rest = report.partition(CHAOS_START)
+        _, _, tail = rest.partition(CHAOS_END)
+        return head + section + tail
+    return report.rstrip() + "\n\n" + section + "\n"
+
+
 def _reproducer(script: Path, repro_output: Path | None, shown: set[Path]) -> list[str]:
     """A reproducer's code and output, or a pointer to them where shown already."""
     rel = f"docs/vllm/repro/{script.name}"
@@ -231,19 +305,37 @@ def _reproducer(script: Path, repro_output: Path | None, shown: set[Path]) -> li
     return lines
 
 
+def _read(path: Path, flag: str, what: str) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"{flag} {path}: cannot read {what}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise SystemExit(f"{flag} {path}: not {what}")
+    return data
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run", action="append", required=True, type=Path, help="a conform --report-json file")
+    parser.add_argument("--run", action="append", default=[], type=Path, help="a conform --report-json file")
     parser.add_argument("--repro-output", type=Path, help="folder of <script>.txt, the reproducers' output")
+    parser.add_argument("--chaos", action="append", default=[], type=Path, help="a harness chaos --json file")
+    parser.add_argument("--only-chaos", action="store_true", help="rewrite only the chaos section of --out")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    runs = []
-    for path in args.run:
-        try:
-            runs.append(json.loads(path.read_text()))
-        except (OSError, ValueError) as exc:
-            raise SystemExit(f"--run {path}: cannot read a conform JSON report: {exc}") from exc
-    args.out.write_text(render(runs, args.repro_output))
+    chaos = [_read(path, "--chaos", "a harness chaos --json report") for path in args.chaos]
+    section = render_chaos(chaos, args.repro_output) if chaos else None
+    if args.only_chaos:
+        if section is None or not args.out.exists():
+            raise SystemExit("--only-chaos rewrites the chaos section of an existing --out: give --chaos and --out")
+        args.out.write_text(with_chaos(args.out.read_text(), section))
+        print(f"wrote the chaos section of {args.out}", file=sys.stderr)
+        return 0
+    if not args.run:
+        raise SystemExit("--run: give at least one conform --report-json file (or --chaos with --only-chaos)")
+    runs = [_read(path, "--run", "a conform JSON report") for path in args.run]
+    text = render(runs, args.repro_output)
+    args.out.write_text(with_chaos(text, section) if section else text)
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

