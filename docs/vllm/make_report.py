@@ -236,10 +236,17 @@ def render_chaos(runs: list[dict], repro_output: Path | None) -> str:
     ]
     for run in runs:
         soak = run.get("soak") or {}
+        replay = run["replay"]
+        declared = run.get("declared") or sorted(
+            {m[1] for why in run.get("left_out", {}).values() if (m := re.match(r"(C\d+) declared", why))},
+            key=lambda c: int(c[1:]),
+        )  # a report written before "declared" was kept: its left-out operations name them
+        if declared and "--declare" not in replay:
+            replay += f" --declare {','.join(declared)}"
         out += [
             f"### {run['backend']} at world size {run['world_size']} ({run['start_method']}), seed {run['seed']}",
             "",
-            f"`{run['replay']}`: {run['seconds']:g} s, {run['examples']} examples, {run['operations']} operations, "
+            f"`{replay}`: {run['seconds']:g} s, {run['examples']} examples, {run['operations']} operations, "
             f"{run['calls']} calls, {run['executors']} executors started; faults: "
             + (", ".join(f"{k} {v}" for k, v in sorted(run["faults"].items())) or "none")
             + f" (load per CPU {run.get('load_per_cpu', 0):g}).",
