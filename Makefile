@@ -12,7 +12,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-vllm install-compat conform chaos test test-core test-apart test-chaos install-browser screenshot test-nodes test-nodes-full test-vllm test-vllm-full vllm-report vllm-chaos lint bench gpu-test gpu-test-vllm
+.PHONY: install install-vllm install-compat conform chaos test test-core test-apart test-chaos test-browser install-browser screenshot test-nodes test-nodes-full test-vllm test-vllm-full vllm-report vllm-chaos lint bench gpu-test gpu-test-vllm
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -125,10 +125,11 @@ conform: $(STAMP)
 
 ## The tests: the simulated tier (CPU workers on gloo), then vLLM's executors.
 ## test-nodes runs while vLLM installs (pip: mostly disk), then vLLM's own runs.
-## test-nodes and the chaos runs go on while vLLM installs (pip: mostly disk):
-## a chaos run waits on its kills, stalls and timeouts more than it computes.
+## test-nodes, the chaos runs and the browser checks go on while vLLM installs
+## (pip: mostly disk): a chaos run waits on its kills, stalls and timeouts more
+## than it computes.
 test: test-core
-	$(MAKE) -j3 test-nodes install-vllm test-apart
+	$(MAKE) -j4 test-nodes install-vllm test-chaos test-browser
 	$(MAKE) test-vllm
 
 ## What a user's environment may pair harness with, at the floor of its pytest range:
@@ -179,15 +180,17 @@ test-nodes-full: $(STAMP)
 test-core: $(STAMP) $(COMPAT_STAMP)
 	HARNESS_COMPAT_PYTHON=$(CURDIR)/$(COMPAT_VENV)/bin/python $(BIN)/python -m pytest \
 	    -m "not gpu and not chaos and not browser" --durations=30
-## What make test runs beside the node tests and vLLM's install: the chaos runs
-## (a short run per built-in backend, and the proof that a run finds each broken
-## backend: tests/*/test_chaos.py), which wait on kills, stalls and timeouts more
-## than they compute, and the HTML report in headless Chromium (tests/browser).
-## As root the browser is installed and its checks must run (HARNESS_REQUIRE_BROWSER);
-## elsewhere, without it, they read not run with the install command.
-test-apart: $(STAMP) install-browser
+## What make test runs beside the node tests and vLLM's install, each a job of its
+## own: the chaos runs (a short run per built-in backend, and the proof that a run
+## finds each broken backend: tests/*/test_chaos.py), which wait on kills, stalls
+## and timeouts more than they compute, and the HTML report in headless Chromium
+## (tests/browser). As root the browser is installed and its checks must run
+## (HARNESS_REQUIRE_BROWSER); elsewhere, without it, they read not run with the
+## install command.
+test-apart: test-chaos test-browser
+test-browser: $(STAMP) install-browser
 	$(if $(filter 0,$(shell id -u)),HARNESS_REQUIRE_BROWSER=1) $(BIN)/python -m pytest -p no:cacheprovider \
-	    -m "(chaos or browser) and not gpu" --durations=10
+	    -m "browser and not gpu" --durations=5
 test-chaos: $(STAMP)
 	$(BIN)/python -m pytest -p no:cacheprovider -m "chaos and not gpu" --durations=10
 ## Headless Chromium and its driver, from Debian, for tests/browser (root only;

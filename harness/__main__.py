@@ -211,7 +211,9 @@ def run_pytest(argv: list[str], log: str | None = None) -> int:
 
     out = subprocess.PIPE if log else None
     err = subprocess.STDOUT if log else None
-    child = subprocess.Popen(argv, preexec_fn=_own_group_dying_with_parent, stdout=out, stderr=err)  # noqa: PLW1509 - single-threaded here
+    # Through a pipe pytest's output would come in blocks: unbuffered, the copy is as live as the terminal.
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"} if log else None
+    child = subprocess.Popen(argv, preexec_fn=_own_group_dying_with_parent, stdout=out, stderr=err, env=env)  # noqa: PLW1509 - single-threaded here
     handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     previous = {s: signal.signal(s, forward) for s in handled}
     try:

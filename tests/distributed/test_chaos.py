@@ -17,7 +17,7 @@ pytestmark = pytest.mark.chaos
 BUILT_IN = [("mp", 2, "fork"), ("uni", 1, "spawn"), ("ray", 2, "spawn")]
 #: Seconds of each run on a quiet machine; a busy one stretches them (what a run
 #: must have done, below, takes longer there, and must still be done).
-DURATION_S = 40
+DURATION_S = 30
 
 
 @pytest.mark.timeout(400)
