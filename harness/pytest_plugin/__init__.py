@@ -226,7 +226,7 @@ def pytest_configure(config: pytest.Config) -> None:
     for option in ("harness_report_json", "harness_report_md", "harness_report_html"):
         _check_report_path(config, option)
     if config.getoption("harness_test_logs") and not _xdist_worker(config):
-        from harness.pytest_plugin.test_logs import TestLogs
+        from harness.pytest_plugin.per_test_logs import TestLogs
 
         config.pluginmanager.register(TestLogs(config.getoption("harness_test_logs")), "harness-test-logs")
     load_all(opts)
