@@ -120,8 +120,11 @@ gpu-test-vllm: $(VLLM_STAMP)
 	$(call in_own_tmpdir,$(VBIN)/python -m pytest -p no:cacheprovider tests/vllm -m gpu $(if $(GPUS),--require-gpus $(GPUS)))
 
 ## The main job: the conformance suite against the built-in backends, with the clause matrix.
+## Its reports: reports/conform.json, and reports/conform.html (the page, each cell's evidence a click away).
 conform: $(STAMP)
-	$(BIN)/python -m harness conform --backend uni,mp,ray --world-size 1,2,4
+	@mkdir -p reports
+	$(BIN)/python -m harness conform --backend uni,mp,ray --world-size 1,2,4 \
+	    --report-json reports/conform.json --report-html reports/conform.html
 
 ## The tests: the simulated tier (CPU workers on gloo), then vLLM's executors.
 ## test-nodes runs while vLLM installs (pip: mostly disk), then vLLM's own runs.
