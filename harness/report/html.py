@@ -20,7 +20,7 @@ import shlex
 from typing import Any
 
 from harness.contract import CLAUSES
-from harness.report import BLOCKED, ClauseMatrix, Outcome, backend_of_column
+from harness.report import BLOCKED, ClauseMatrix, Outcome
 
 #: A known failure's note names the list's line: "known failure, vllm_known_failures.txt:23 (…)".
 _KNOWN = re.compile(r"known failure, (\S+:\d+)")
@@ -41,19 +41,26 @@ def cell_id(clause: str, column: str) -> str:
     return f"{clause}--" + re.sub(r"[^A-Za-z0-9_.-]+", "-", column).strip("-")
 
 
-def rerun_command(clause: str, column: str, settings: dict[str, Any]) -> str:
+def rerun_command(clause: str, column: str, tests: list[str] | None = None) -> str:
     """The command that runs exactly this cell again: its clause, backend, world
-    size, device tier, nodes and the run's start methods."""
+    size, device tier, nodes, and the start methods its tests ran with (read off
+    their ids, ``[mp-ws2-spawn]``)."""
     match = _COLUMN.match(column)
     if match is None:
         return f"python -m harness conform --clause {clause}"
-    words = ["python", "-m", "harness", "conform", "--backend", match["backend"], "--world-size", match["ws"]]
+    backend, ws = match["backend"], match["ws"]
+    words = ["python", "-m", "harness", "conform", "--backend", backend, "--world-size", ws]
     words += ["--clause", clause, "-m", "gpu" if match["device"] == "cuda" else "not gpu"]
     if match["nodes"]:
         words += ["--nodes", match["nodes"]]
-    methods = settings.get("start methods")
-    if isinstance(methods, list) and methods and backend_of_column(column) not in ("uni",):
-        words += ["--start-method", ",".join(str(m) for m in methods)]
+    ran = re.compile(rf"\[{re.escape(backend)}-ws{ws}-([a-z]+)[\]-]")
+    methods: list[str] = []
+    for test in tests or ():
+        found = ran.search(test)
+        if found and found[1] not in methods:
+            methods.append(found[1])
+    if methods:
+        words += ["--start-method", ",".join(methods)]
     return " ".join(shlex.quote(w) for w in words)
 
 
@@ -97,7 +104,7 @@ def _cells(matrix: ClauseMatrix) -> tuple[list[dict[str, Any]], list[_Cell]]:
             ]
             cell = _Cell(
                 cell_id(clause, column), clause, column, outcome, css_of(outcome), CLAUSES.get(clause, ""),
-                rerun_command(clause, column, matrix.settings), tests,
+                rerun_command(clause, column, [t.test for t in tests]), tests,
             )  # fmt: skip
             row.append(cell)
             cells.append(cell)

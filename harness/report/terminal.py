@@ -58,14 +58,17 @@ def kind_of_column(column: str) -> str:
 
 
 def folded_columns(matrix: ClauseMatrix) -> dict[str, list[str]]:
-    """Columns whose every cell reads ``not run``, by :func:`kind_of_column`."""
+    """Columns of which no test ran (every result ``not run``), by :func:`kind_of_column`.
+    Not every *cell* ``not run``: a cell reads ``not run`` beside a pass of the same
+    clause when another of its tests was filtered out, and that column did check something."""
     from harness.report import NOT_RUN
 
+    results: dict[str, list[str]] = {}
+    for (_, column), cell in matrix.cells.items():
+        results.setdefault(column, []).extend(r.outcome for r in cell)
     out: dict[str, list[str]] = {}
     for column in matrix.columns:
-        outcomes = [matrix.outcome(clause, column) for clause in matrix.clauses]
-        present = [o for o in outcomes if o is not None]
-        if present and all(o == NOT_RUN for o in present):
+        if results.get(column) and all(o == NOT_RUN for o in results[column]):
             out.setdefault(kind_of_column(column), []).append(column)
     return out
 

@@ -52,14 +52,17 @@ def test_a_failure_shows_its_text_escaped_its_whole_failure_and_the_known_failur
 
 
 def test_each_cell_names_the_command_that_reruns_exactly_it() -> None:
-    settings = {"start methods": ["fork", "spawn"]}
-    assert rerun_command("C4", "mp ws2 cpu", settings) == (
+    tests = ["test_c4_a[mp-ws2-fork]", "test_c4_b[mp-ws2-spawn-first]", "test_c4_c[mp-ws2-fork]"]
+    assert rerun_command("C4", "mp ws2 cpu", tests) == (
         "python -m harness conform --backend mp --world-size 2 --clause C4 -m 'not gpu' --start-method fork,spawn"
     )
-    assert rerun_command("C8", "ray ws4 cpu 2 nodes", {}) == (
-        "python -m harness conform --backend ray --world-size 4 --clause C8 -m 'not gpu' --nodes 2"
+    assert rerun_command("C8", "ray ws4 cpu 2 nodes", ["test_c8[ray-ws4-spawn]"]) == (
+        "python -m harness conform --backend ray --world-size 4 --clause C8 -m 'not gpu' --nodes 2 --start-method spawn"
     )
-    assert "-m gpu" in rerun_command("C15", "pkg.mod:make ws2 cuda", {})
+    assert "-m gpu" in rerun_command("C15", "pkg.mod:make ws2 cuda", [])
+    assert "--start-method" not in rerun_command("C1", "mine ws1 cpu", ["test_c1[mine-ws1]"]), (
+        "none where ids name none"
+    )
     assert cell_id("C8", "ray ws4 cpu 2 nodes") == "C8--ray-ws4-cpu-2-nodes"
 
 

@@ -90,3 +90,13 @@ def test_a_run_that_checked_nothing_still_says_so_under_its_folds() -> None:
     text = render(m, width=100)
     assert fold_of(text).startswith("cuda: not run for mp (mp ws2): needs 2 GPUs, found 0")
     assert "NOTHING CHECKED for backend 'mp'" in text
+
+
+def test_a_column_whose_cells_read_not_run_beside_a_pass_that_ran_does_not_fold() -> None:
+    m = ClauseMatrix()
+    m.add("C1", "mine ws1 cpu", "pass", "test_c1_a[mine-ws1-spawn]")
+    m.add("C1", "mine ws1 cpu", "not run", "test_c1_b[mine-ws1-fork]", "filtered out")
+    assert m.outcome("C1", "mine ws1 cpu") == "not run"
+    text = render(m, width=100)
+    assert headers(text) == [["mine ws1 cpu"]], text
+    assert "1 test results not run: filtered out of this run" in text
