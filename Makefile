@@ -191,11 +191,16 @@ test-core: $(STAMP) $(COMPAT_STAMP)
 ## (HARNESS_REQUIRE_BROWSER); elsewhere, without it, they read not run with the
 ## install command.
 test-apart: test-chaos test-browser
+## Their files, named: a run that collected the backend tests and deselected them
+## all would rightly say NOTHING CHECKED for the ini's backends, and fail
+## (tests/unit/test_make_targets.py checks that these hold every marked test).
+CHAOS_TESTS := tests/meta/test_chaos.py tests/distributed/test_chaos.py
+BROWSER_TESTS := tests/browser
 test-browser: $(STAMP) install-browser
 	$(if $(filter 0,$(shell id -u)),HARNESS_REQUIRE_BROWSER=1) $(BIN)/python -m pytest -p no:cacheprovider \
-	    -m "browser and not gpu" --durations=5
+	    -m "browser and not gpu" --durations=5 $(BROWSER_TESTS)
 test-chaos: $(STAMP)
-	$(BIN)/python -m pytest -p no:cacheprovider -m "chaos and not gpu" --durations=10
+	$(BIN)/python -m pytest -p no:cacheprovider -m "chaos and not gpu" --durations=10 $(CHAOS_TESTS)
 ## Headless Chromium and its driver, from Debian, for tests/browser (root only;
 ## elsewhere it says how).
 install-browser:

@@ -1,0 +1,26 @@
+"""make test's side jobs run their tests by file (test-chaos, test-browser): every
+test marked chaos or browser must live in the files the Makefile names, or
+make test would run it nowhere (test-core leaves both markers out)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def named(variable: str) -> list[Path]:
+    match = re.search(rf"^{variable} := (.+)$", (ROOT / "Makefile").read_text(), re.MULTILINE)
+    assert match, f"the Makefile names no {variable}"
+    return [ROOT / p for p in match[1].split()]
+
+
+def test_every_test_marked_chaos_or_browser_is_in_the_files_its_make_target_runs() -> None:
+    for marker, variable in (("chaos", "CHAOS_TESTS"), ("browser", "BROWSER_TESTS")):
+        paths = named(variable)
+        assert all(p.exists() for p in paths), paths
+        marked = {f for f in (ROOT / "tests").rglob("test_*.py") if f"pytest.mark.{marker}" in f.read_text()}
+        assert marked, f"no test is marked {marker}"
+        outside = [f for f in marked if not any(f == p or p in f.parents for p in paths)]
+        assert not outside, f"marked {marker} but not in {variable}: {outside}"
