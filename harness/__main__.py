@@ -414,9 +414,9 @@ def _report(args: argparse.Namespace) -> int:
         print(f"python -m harness report {args.report_command}: {exc}", file=sys.stderr)
         return 2
     changes = report_diff.diff(old, new)
-    before, after = report_diff.backends_of(old), report_diff.backends_of(new)
-    if len(before) == 1 and len(after) == 1 and before != after:
-        print(f"comparing backend {before.pop()} ({args.old}) with {after.pop()} ({args.new}), variant by variant")
+    paired = report_diff.paired_backends(old, new)
+    if paired is not None:
+        print(f"comparing backend {paired[0]} ({args.old}) with {paired[1]} ({args.new}), variant by variant")
     print(report_diff.render_text(changes, args.old, args.new))
     if args.md:
         with open(args.md, "w", encoding="utf-8") as f:

@@ -65,8 +65,13 @@ class CellChange:
     def worse(self) -> bool:
         return standing(self.new) < standing(self.old)
 
+    @property
+    def word(self) -> str:
+        """ "worse", "better" or "moved" (to an outcome that stands as high)."""
+        return "worse" if self.worse else "better" if standing(self.new) > standing(self.old) else "moved"
+
     def describe(self) -> str:
-        word = "WORSE" if self.worse else "better" if standing(self.new) > standing(self.old) else "moved"
+        word = self.word.upper() if self.worse else self.word
         return f"{self.clause} [{self.column}]: {self.old or ABSENT} -> {self.new or ABSENT} ({word})"
 
 
@@ -85,13 +90,21 @@ def variant_by_variant(matrix: ClauseMatrix, backend: str) -> ClauseMatrix:
     return out
 
 
+def paired_backends(old: ClauseMatrix, new: ClauseMatrix) -> tuple[str, str] | None:
+    """(old's backend, new's) where each run is of one backend, and not the same one."""
+    old_backends, new_backends = backends_of(old), backends_of(new)
+    if len(old_backends) == 1 and len(new_backends) == 1 and old_backends != new_backends:
+        return old_backends.pop(), new_backends.pop()
+    return None
+
+
 def diff(old: ClauseMatrix, new: ClauseMatrix) -> list[CellChange]:
     """The cells whose outcome differs, in clause then column order. Two runs of
     one backend each, different ones (a broken backend against ``mp``), compare
     variant by variant (:func:`variant_by_variant`)."""
-    old_backends, new_backends = backends_of(old), backends_of(new)
-    if len(old_backends) == 1 and len(new_backends) == 1 and old_backends != new_backends:
-        old, new = variant_by_variant(old, old_backends.pop()), variant_by_variant(new, new_backends.pop())
+    paired = paired_backends(old, new)
+    if paired is not None:
+        old, new = variant_by_variant(old, paired[0]), variant_by_variant(new, paired[1])
     keys = sorted(set(old.cells) | set(new.cells), key=lambda k: (_clause_order(k[0]), k[1]))
     changes = []
     for clause, column in keys:
@@ -100,12 +113,15 @@ def diff(old: ClauseMatrix, new: ClauseMatrix) -> list[CellChange]:
             continue
         was = {r.test: r for r in old.cells.get((clause, column), [])}
         now = {r.test: r for r in new.cells.get((clause, column), [])}
-        tests = tuple(
-            TestChange(test, was[test].outcome if test in was else None, now[test].outcome if test in now else None,
-                       (now[test].note if test in now else "") or (was[test].note if test in was else ""))
-            for test in sorted(set(was) | set(now))
-            if (was[test].outcome if test in was else None) != (now[test].outcome if test in now else None)
-        )  # fmt: skip
+        moved = []
+        for test in sorted(set(was) | set(now)):
+            before_r, after_r = was.get(test), now.get(test)
+            if (before_r and before_r.outcome) != (after_r and after_r.outcome):
+                note = (after_r.note if after_r else "") or (before_r.note if before_r else "")
+                moved.append(
+                    TestChange(test, before_r.outcome if before_r else None, after_r.outcome if after_r else None, note)
+                )
+        tests = tuple(moved)
         changes.append(CellChange(clause, column, before, after, tests))
     return changes
 
@@ -134,7 +150,7 @@ def render_markdown(changes: list[CellChange], old_name: str, new_name: str) -> 
         return "\n".join([*lines, "No cell changed.", ""])
     lines += ["| clause | column | before | after | | tests |", "|---|---|---|---|---|---|"]
     for c in changes:
-        word = "**worse**" if c.worse else "better" if standing(c.new) > standing(c.old) else "moved"
+        word = f"**{c.word}**" if c.worse else c.word
         tests = "<br>".join(f"`{t.test}`: {t.old or ABSENT} → {t.new or ABSENT}" for t in c.tests)
         lines.append(f"| {c.clause} | {c.column} | {c.old or ABSENT} | {c.new or ABSENT} | {word} | {tests} |")
     return "\n".join(lines) + "\n"

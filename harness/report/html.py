@@ -161,7 +161,7 @@ def write_page(matrix: ClauseMatrix, path: str, title: str = "harness conformanc
 
 
 def render_diff_page(changes: list[Any], old_name: str, new_name: str) -> str:
-    from harness.report.diff import ABSENT, standing
+    from harness.report.diff import ABSENT
 
     items = [
         {
@@ -171,7 +171,7 @@ def render_diff_page(changes: list[Any], old_name: str, new_name: str) -> str:
             "new": c.new or ABSENT,
             "old_css": css_of(c.old),
             "new_css": css_of(c.new),
-            "word": "worse" if c.worse else "better" if standing(c.new) > standing(c.old) else "moved",
+            "word": c.word,
             "summary": CLAUSES.get(c.clause, ""),
             "tests": [
                 {"test": t.test, "old": t.old or ABSENT, "new": t.new or ABSENT, "note": t.note} for t in c.tests
