@@ -98,7 +98,7 @@ def fold_line(matrix: ClauseMatrix, kind: str, columns: list[str]) -> str:
     return line
 
 
-def blocks_of(matrix: ClauseMatrix, columns: list[str], width: int, cell: int) -> list[list[str]]:
+def blocks_of(columns: list[str], width: int, cell: int) -> list[list[str]]:
     """The columns in tables that each fit ``width``, a backend's columns together
     (split only where one backend alone is wider)."""
     from harness.report import backend_of_column
@@ -127,7 +127,7 @@ def render(matrix: ClauseMatrix, width: int | None = None) -> str:
     lines: list[str] = []
     if shown:
         cell = max(14, *(len(c) for c in shown)) + 2
-        blocks = blocks_of(matrix, shown, width, cell)
+        blocks = blocks_of(shown, width, cell)
         beside = len(blocks) == 1 and width - CLAUSE_WIDTH - cell * len(shown) - len(GAP) >= LEAST_SUMMARY
         for i, block in enumerate(blocks):
             head = f"{'clause':<{CLAUSE_WIDTH}}" + "".join(f"{c:>{cell}}" for c in block)
