@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,8 +37,9 @@ def _missing() -> str | None:
     return None
 
 
-def open_browser(width: int = 1280, height: int = 900) -> Any:
-    """A headless Chromium, or skip (fail where ``HARNESS_REQUIRE_BROWSER`` is set) with the install command."""
+def open_browser(width: int, height: int, folder: str) -> Any:
+    """A headless Chromium whose profile and temporary files live in ``folder``, or
+    skip (fail where ``HARNESS_REQUIRE_BROWSER`` is set) with the install command."""
     missing = _missing()
     if missing is not None:
         why = f"no browser for the HTML report's checks: {missing}; install: {INSTALL}"
@@ -50,23 +52,25 @@ def open_browser(width: int = 1280, height: int = 900) -> Any:
     os.environ.setdefault("SE_OFFLINE", "true")  # Selenium Manager must not look for drivers online
     options = webdriver.ChromeOptions()
     options.binary_location = str(shutil.which("chromium"))
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        f"--window-size={width},{height}",
-    ):
+    window = f"--window-size={width},{height}"
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", window):
         options.add_argument(arg)
-    return webdriver.Chrome(service=Service(str(shutil.which("chromedriver"))), options=options)
+    options.add_argument(f"--user-data-dir={folder}/profile")
+    # Chromium makes org.chromium.Chromium.* folders in TMPDIR and leaves them: a folder of the session's own.
+    service = Service(str(shutil.which("chromedriver")), env={**os.environ, "TMPDIR": folder})
+    return webdriver.Chrome(service=service, options=options)
 
 
 def browser_session(width: int = 1280, height: int = 900) -> Iterator[Any]:
-    driver = open_browser(width, height)
+    folder = tempfile.mkdtemp(prefix="harness-browser-")
     try:
-        yield driver
+        driver = open_browser(width, height, folder)
+        try:
+            yield driver
+        finally:
+            driver.quit()
     finally:
-        driver.quit()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def conform(folder: Path, name: str, *args: str) -> tuple[Path, Path]:
