@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -240,6 +241,50 @@ def test_a_keeper_told_to_stop_stops_its_cluster_first() -> None:
         for pid in members:  # what a failed check left: not the next test's problem
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+_KEEPER_ON_PORTS = """
+import sys
+from harness.executors.ray import cluster
+cluster._candidate_ports = lambda: [int(sys.argv[2]), cluster._gcs_port()]
+cluster._keep(int(sys.argv[1]), "1", "")
+"""
+
+
+def test_a_start_whose_port_was_taken_is_tried_again_on_another_port() -> None:
+    # Another process holds the first port the keeper tries, as when one took it
+    # between the keeper choosing it and Ray's GCS binding it.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        taken_port = taken.getsockname()[1]
+        death_r, death_w = os.pipe()
+        keeper = subprocess.Popen(
+            [sys.executable, "-c", _KEEPER_ON_PORTS, str(death_r), str(taken_port)],
+            stdout=subprocess.PIPE,
+            pass_fds=(death_r,),
+            start_new_session=True,
+        )
+        os.close(death_r)
+        try:
+            assert keeper.stdout is not None
+            line = keeper.stdout.readline().decode().strip()
+            kind, _, rest = line.partition(" ")
+            assert kind == "ready", f"the keeper did not start a cluster after its port was taken: {line!r}"
+            address, _, temp_dir = rest.partition(" ")
+            assert address != f"127.0.0.1:{taken_port}", f"the cluster says it runs on the taken port: {address}"
+            with open(os.path.join(temp_dir, "ray-start-1.log"), encoding="utf-8", errors="replace") as f:
+                first = f.read()
+            assert str(taken_port) in first, f"the first start did not try port {taken_port}: {first[-500:]}"
+        finally:
+            os.close(death_w)
+            try:
+                keeper.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(keeper.pid, signal.SIGKILL)
+                keeper.wait(5)
+            if keeper.stdout is not None:
+                keeper.stdout.close()
 
 
 _FRESH_MACHINE_DRIVER = """

@@ -128,11 +128,58 @@ class LocalCluster:
 # ---- the keeper process ----------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
+# Below this, Ray's worker ports (10002-19999 by default) and well-known services.
+_LOWEST_PORT = 20000
+_START_TRIES = 4
+# What ray start's log says when its GCS port was taken between choosing and binding it.
+_PORT_TAKEN = ("Address already in use", "Failed to start the grpc server")
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as f:
+            low, high = (int(v) for v in f.read().split())
+            return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def _gcs_port() -> int:
+    """A port free on loopback now, outside the kernel's ephemeral range: a port
+    that ``bind(0)`` hands out is one the kernel also hands to every outgoing
+    connection and to the next ``bind(0)``, so between choosing it and Ray's
+    GCS binding it, someone else could take it (CI: "Failed to start the grpc
+    server. The specified port is 35923")."""
+    low, _ = _ephemeral_range()
+    high = low - 1 if low - 1 > _LOWEST_PORT else 32767
+    for _ in range(200):
+        port = secrets.choice(range(_LOWEST_PORT, high + 1))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # every one tried was taken: let the kernel choose
         s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+        chosen: int = s.getsockname()[1]
+        return chosen
+
+
+def _candidate_ports() -> list[int]:
+    """The GCS ports to try, one per start (a test replaces it)."""
+    return [_gcs_port() for _ in range(_START_TRIES)]
+
+
+def _port_taken(log_text: str) -> bool:
+    return any(words in log_text for words in _PORT_TAKEN)
+
+
+def _kill_others() -> None:
+    """SIGKILL what a failed start left in this process group (the keeper stays)."""
+    for pid in _group_members():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _group_members() -> list[int]:
@@ -173,13 +220,42 @@ def _terminated(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
+def _start_head(cmd: list[str], temp_dir: str, ports: list[int]) -> tuple[subprocess.Popen[bytes], int] | str:
+    """Run ``ray start`` on the first of ``ports`` it can bind: the started
+    process and its port, or why it did not start. A start that failed because
+    its port was taken is tried again on the next port; any other failure is final."""
+    deadline = time.monotonic() + _START_S
+    why = "no port to try"
+    for attempt, port in enumerate(ports, 1):
+        log_path = os.path.join(temp_dir, f"ray-start-{attempt}.log")
+        with open(log_path, "wb") as log:
+            ray_start = subprocess.Popen(
+                [*cmd, f"--port={port}"], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+        while True:
+            with open(log_path, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+            if "Ray runtime started" in text:
+                return ray_start, port
+            if ray_start.poll() is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        if ray_start.poll() is None:
+            ray_start.kill()
+        ray_start.wait()
+        tail = " | ".join(text.strip().splitlines()[-5:])
+        why = f"ray start (port {port}, try {attempt} of {len(ports)}) exited with {ray_start.returncode}: {tail}"
+        if not _port_taken(text) or time.monotonic() > deadline:
+            return why
+        _kill_others()
+    return why
+
+
 def _keep(death_fd: int, num_cpus: str, num_gpus: str) -> None:
     # A keeper told to stop (SIGTERM, say by a process manager) stops its cluster first.
     signal.signal(signal.SIGTERM, _terminated)
     # Short: Ray puts unix sockets under it, whose paths may not exceed 107 bytes.
     temp_dir = tempfile.mkdtemp(prefix="hray-")  # mode 0700: the token's folder
-    log_path = os.path.join(temp_dir, "ray-start.log")
-    port = _free_port()
     cmd = [
         sys.executable,
         "-m",
@@ -187,7 +263,6 @@ def _keep(death_fd: int, num_cpus: str, num_gpus: str) -> None:
         "start",
         "--head",
         "--block",
-        f"--port={port}",
         "--node-ip-address=127.0.0.1",
         f"--num-cpus={num_cpus}",
         "--include-dashboard=false",
@@ -202,19 +277,11 @@ def _keep(death_fd: int, num_cpus: str, num_gpus: str) -> None:
     os.environ["TMPDIR"] = temp_dir
     try:
         _write_token(os.path.join(temp_dir, _TOKEN_FILE))
-        with open(log_path, "wb") as log:
-            ray_start = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + _START_S
-        while True:
-            with open(log_path, encoding="utf-8", errors="replace") as f:
-                text = f.read()
-            if "Ray runtime started" in text:
-                break
-            if ray_start.poll() is not None or time.monotonic() > deadline:
-                tail = " | ".join(text.strip().splitlines()[-5:])
-                print(f"failed ray start exited with {ray_start.poll()}: {tail}", flush=True)
-                return
-            time.sleep(0.1)
+        started = _start_head(cmd, temp_dir, _candidate_ports())
+        if isinstance(started, str):
+            print(f"failed {started}", flush=True)
+            return
+        ray_start, port = started
         print(f"ready 127.0.0.1:{port} {temp_dir}", flush=True)
         # Until the caller closes the pipe or dies, or the cluster ends by itself.
         with selectors.DefaultSelector() as sel:
