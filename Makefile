@@ -126,14 +126,14 @@ conform: $(STAMP)
 	$(BIN)/python -m harness conform --backend uni,mp,ray --world-size 1,2,4 \
 	    --report-json reports/conform.json --report-html reports/conform.html
 
-## The tests: the simulated tier (CPU workers on gloo), then vLLM's executors.
-## test-nodes runs while vLLM installs (pip: mostly disk), then vLLM's own runs.
-## test-nodes, the chaos runs and the browser checks go on while vLLM installs
-## (pip: mostly disk): a chaos run waits on its kills, stalls and timeouts more
-## than it computes.
+## The tests: the simulated tier (CPU workers on gloo), then the side jobs at
+## once: the node tests, the chaos runs, the browser checks, and vLLM's install
+## (pip: mostly disk) followed by vLLM's executors under the suite (test-vllm
+## needs the install). A chaos run waits on its kills, stalls and timeouts more
+## than it computes, and every bound stretches with the load; vLLM's runs
+## starting beside them took CI from about 51 to 4x min (README, "CI").
 test: test-core
-	$(MAKE) -j4 test-nodes install-vllm test-chaos test-browser
-	$(MAKE) test-vllm
+	$(MAKE) -j4 test-nodes test-vllm test-chaos test-browser
 
 ## What a user's environment may pair harness with, at the floor of its pytest range:
 ## harness from a wheel, in a fresh venv, beside pytest 7.4 (pyproject.toml's
@@ -167,11 +167,15 @@ NODES_K = $(shell $(BIN)/python -c 'from harness.conformance.sample import sampl
 NODES_CONFORM = $(BIN)/python -m pytest -p no:cacheprovider --pyargs harness.conformance -m "not gpu" \
     --backend ray --world-size 4 --nodes 2 --require-nodes --harness-sample ""
 ## Without root (a laptop) it says it did not run and why, and make test goes on.
+## Then the meta tests of a run across nodes (marker nodes: broken backends on
+## simulated nodes, one shared run of about 200 s), which make test-core leaves out.
+NODES_META_TESTS := tests/meta/test_nodes_dimension.py
 test-nodes: $(STAMP)
 	@if [ "$$(id -u)" != 0 ]; then \
 	    echo "test-nodes: NOT RUN: ray across simulated nodes needs root (network namespaces); CI runs it"; \
 	else \
-	    $(call in_own_tmpdir,$(NODES_CONFORM) -k "(($(NODES_K)) and not c10_ten) or node_failing or node_by_node"); \
+	    ($(call in_own_tmpdir,$(NODES_CONFORM) -k "(($(NODES_K)) and not c10_ten) or node_failing or node_by_node")) && \
+	    $(BIN)/python -m pytest -p no:cacheprovider -m "nodes and not gpu" --durations=5 $(NODES_META_TESTS); \
 	fi
 
 test-nodes-full: $(STAMP)
@@ -179,10 +183,11 @@ test-nodes-full: $(STAMP)
 
 ## The tests without vLLM (no 3.5 GB install): unit, meta, and the suite for every built-in backend.
 ## --durations: CI's log names the slowest tests, where room for a new check is made.
-## The chaos runs and the browser checks (markers chaos, browser) are make test-apart's.
+## The chaos runs, the browser checks and the meta tests across nodes (markers
+## chaos, browser, nodes) are the side jobs' (make test-apart, make test-nodes).
 test-core: $(STAMP) $(COMPAT_STAMP)
 	HARNESS_COMPAT_PYTHON=$(CURDIR)/$(COMPAT_VENV)/bin/python $(BIN)/python -m pytest \
-	    -m "not gpu and not chaos and not browser" --durations=30
+	    -m "not gpu and not chaos and not browser and not nodes" --durations=30
 ## What make test runs beside the node tests and vLLM's install, each a job of its
 ## own: the chaos runs (a short run per built-in backend, and the proof that a run
 ## finds each broken backend: tests/*/test_chaos.py), which wait on kills, stalls

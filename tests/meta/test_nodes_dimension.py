@@ -165,8 +165,9 @@ needs_nodes = [
 
 def across(test: Callable[..., None]) -> Callable[..., None]:
     """A test of the shared multi-node run: where nodes can be simulated, with a
-    bound for the whole run (the first test to ask waits for all of it)."""
-    for mark in (*needs_nodes, pytest.mark.timeout(1200)):
+    bound for the whole run (the first test to ask waits for all of it). Marked
+    ``nodes``: make test runs them in test-nodes, beside the other side jobs."""
+    for mark in (*needs_nodes, pytest.mark.timeout(1200), pytest.mark.nodes):
         test = mark(test)
     return test
 

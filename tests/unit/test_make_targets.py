@@ -1,6 +1,7 @@
-"""make test's side jobs run their tests by file (test-chaos, test-browser): every
-test marked chaos or browser must live in the files the Makefile names, or
-make test would run it nowhere (test-core leaves both markers out)."""
+"""make test's side jobs run their tests by file (test-chaos, test-browser,
+test-nodes): every test marked chaos, browser or nodes must live in the files
+the Makefile names, or make test would run it nowhere (test-core leaves these
+markers out)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ def named(variable: str) -> list[Path]:
     return [ROOT / p for p in match[1].split()]
 
 
-def test_every_test_marked_chaos_or_browser_is_in_the_files_its_make_target_runs() -> None:
-    for marker, variable in (("chaos", "CHAOS_TESTS"), ("browser", "BROWSER_TESTS")):
+def test_every_test_marked_for_a_side_job_is_in_the_files_its_make_target_runs() -> None:
+    for marker, variable in (("chaos", "CHAOS_TESTS"), ("browser", "BROWSER_TESTS"), ("nodes", "NODES_META_TESTS")):
         paths = named(variable)
         assert all(p.exists() for p in paths), paths
         marked = {f for f in (ROOT / "tests").rglob("test_*.py") if f"pytest.mark.{marker}" in f.read_text()}
