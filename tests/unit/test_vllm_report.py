@@ -6,8 +6,8 @@ clause (and flags a failure the list does not name)."""
 from __future__ import annotations
 
 import ast
-import json
 import importlib.util
+import json
 import re
 import sys
 from pathlib import Path
