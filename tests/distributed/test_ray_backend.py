@@ -93,6 +93,22 @@ def test_a_cluster_it_connected_to_keeps_running_after_shutdown(cluster: str) ->
         assert again.collective_rpc(probes.rank) == [0, 1]
 
 
+def test_after_an_executor_with_a_cluster_of_its_own_one_connects_to_a_named_cluster_with_its_token(
+    no_cluster: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What harness bench does for ray: start-up with no cluster, then with the
+    # run-wide session's. Ray had read the first cluster's token settings and
+    # kept them: "Failed to connect to Ray cluster" (issue: bench mp,ray).
+    from harness.executors.ray import SESSION_CLUSTER_ENV, create, local_cluster
+    from harness.system.environ import environ
+
+    monkeypatch.delenv(SESSION_CLUSTER_ENV, raising=False)
+    with create(ExecutorConfig(world_size=1)) as ex:
+        assert ex.collective_rpc(probes.rank) == [0]
+    with local_cluster(num_cpus=2) as env, environ(env), create(ExecutorConfig(world_size=1)) as ex:
+        assert ex.collective_rpc(probes.rank) == [0]
+
+
 def test_ray_initialised_by_the_caller_is_left_initialised(cluster: str) -> None:
     import ray
 

@@ -205,6 +205,10 @@ class _Runtime:
                             configure_logging=False,
                         )
                     else:
+                        # Ray caches its authentication settings when first read, and
+                        # the environment may name this cluster's token only since
+                        # (a run-wide session entered after an executor of its own).
+                        _reload_auth()
                         ray.init(address=address, log_to_driver=False, configure_logging=False)
                 except Exception as exc:
                     self._disconnected()
