@@ -68,6 +68,7 @@ from harness.pytest_plugin.options import (
 from harness.pytest_plugin.outcomes import LEAK_CLAUSE, MatrixCollector, tag_item
 from harness.pytest_plugin.parallel import EXCLUSIVE_MARKER, ISOLATED_MARKER, run_side_by_side
 from harness.report import ClauseMatrix, machine_settings
+from harness.system.load import load_scale
 from harness.system.nodes import unavailable_reason
 from harness.system.reaper import Reaper
 
@@ -327,11 +328,12 @@ class _CheckedFactory:
         try:
             ex = self._loaded.factory(config)
         except Exception as exc:
-            if config == self._plain:
+            own = self._is_plain(config)
+            if own:
                 self._node.user_properties.append(("harness_factory_failed", f"{type(exc).__name__}: {exc}"))
             # Only the variant's own config: a test that changes it (C20's
             # world_size=0) checks the error of that input, which stays as raised.
-            if config.nodes > 1 and config == self._plain:
+            if config.nodes > 1 and own:
                 raise _not_started_on_nodes(self._loaded.name, config, exc) from exc
             raise
         if not callable(getattr(ex, "collective_rpc", None)):
@@ -340,10 +342,14 @@ class _CheckedFactory:
                 "which has no collective_rpc: a factory must return an executor (SPEC.md, the API under test; "
                 "`python -m harness docs SPEC.md` prints it)"
             )
-            if config == self._plain:
+            if self._is_plain(config):
                 self._node.user_properties.append(("harness_factory_failed", message))
             raise TypeError(message)
         return ex
+
+    def _is_plain(self, config: ExecutorConfig) -> bool:
+        """The variant's own config, whatever start-up bound the load gave it."""
+        return dataclasses.replace(config, init_timeout_s=self._plain.init_timeout_s) == self._plain
 
 
 @pytest.fixture
@@ -362,11 +368,22 @@ def harness_seed(request: pytest.FixtureRequest) -> int:
     return request.config.stash[options_key].seed
 
 
+def variant_config(variant: Variant, scale: float | None = None) -> ExecutorConfig:
+    """The variant's config. Its start-up bound is the suite's own wait here (C22
+    checks start-up failures with configs of its own), so a loaded machine
+    stretches it (``scale``: by default the load's, :func:`load_scale`): CI's side
+    jobs at 10 runnable per CPU timed out three correct starts across nodes at 120 s."""
+    return ExecutorConfig(
+        world_size=variant.world_size,
+        start_method=variant.start_method,
+        nodes=variant.nodes,
+        init_timeout_s=ExecutorConfig.init_timeout_s * (load_scale() if scale is None else scale),
+    )
+
+
 @pytest.fixture
 def executor_config(harness_variant: Variant) -> ExecutorConfig:
-    return ExecutorConfig(
-        world_size=harness_variant.world_size, start_method=harness_variant.start_method, nodes=harness_variant.nodes
-    )
+    return variant_config(harness_variant)
 
 
 @pytest.fixture
