@@ -139,8 +139,8 @@ conform: $(STAMP)
 ## once: the node tests, the chaos runs, the browser checks, and vLLM's install
 ## (pip: mostly disk) followed by vLLM's executors under the suite (test-vllm
 ## needs the install). A chaos run waits on its kills, stalls and timeouts more
-## than it computes, and every bound stretches with the load; vLLM's runs
-## starting beside them took CI from about 51 to 4x min (README, "CI").
+## than it computes, and every bound stretches with the load. With vLLM's runs
+## beside them CI took 38 min on 2 cores, where it took about 51 (README, "CI").
 test: test-core
 	$(MAKE) -j4 test-nodes test-vllm test-chaos test-browser
 
