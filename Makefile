@@ -140,7 +140,7 @@ conform: $(STAMP)
 ## (pip: mostly disk) followed by vLLM's executors under the suite (test-vllm
 ## needs the install). A chaos run waits on its kills, stalls and timeouts more
 ## than it computes, and every bound stretches with the load. With vLLM's runs
-## beside them CI took 38 min on 2 cores, where it took about 51 (README, "CI").
+## beside them CI took 44 min on 2 cores, where it took about 51 (README, "CI").
 test: test-core
 	$(MAKE) -j4 test-nodes test-vllm test-chaos test-browser
 
