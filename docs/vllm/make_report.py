@@ -300,7 +300,7 @@ def render_versions(folder: Path, releases: list[str]) -> str:
     ``folder`` (``<release>.json``, or ``<release>.failed``: what stopped it), the
     clauses whose cells differ between them, and the tests behind each change."""
     from harness.report import ClauseMatrix
-    from harness.report.diff import ABSENT, diff
+    from harness.report.diff import ABSENT, clause_order, diff
 
     out = [VERSIONS_START, "## By release (make vllm-versions)", ""]
     out += [
@@ -316,8 +316,9 @@ def render_versions(folder: Path, releases: list[str]) -> str:
         if report.exists():
             runs[release] = ClauseMatrix.from_json(_read(report, "--versions", "a conform JSON report"))
         elif failed.exists():
-            out += [f"- **{release}: not run.** " + failed.read_text().strip().splitlines()[0], ""]
-            out += ["  ```text", *("  " + line for line in failed.read_text().strip().splitlines()[1:]), "  ```", ""]
+            why, *output = failed.read_text().strip().splitlines()
+            out += [f"- **{release}: not run.** {why}", ""]
+            out += ["  ```text", *("  " + line for line in output), "  ```", ""]
         else:
             out += [f"- **{release}: not run.** No report in `{folder}` (the run did not get to it).", ""]
     ran = [r for r in releases if r in runs]
@@ -326,7 +327,7 @@ def render_versions(folder: Path, releases: list[str]) -> str:
         return "\n".join(out)
     changes = {pair: diff(runs[pair[0]], runs[pair[1]]) for pair in itertools.pairwise(ran)}
     changed = {(c.clause, c.column) for found in changes.values() for c in found}
-    keys = sorted(changed, key=lambda k: (int(k[0][1:]), k[1]))
+    keys = sorted(changed, key=lambda k: (clause_order(k[0]), k[1]))
     if not keys:
         out += [f"No clause's cell differs between {', '.join(ran)}.", "", VERSIONS_END]
         return "\n".join(out)

@@ -297,9 +297,7 @@ def backend(harness_variant: Variant, request: pytest.FixtureRequest) -> Iterato
 
         # C9/C10 across nodes: each node's /dev/shm is checked as this machine's is.
         leaks.watch_nodes(sessions.node_inits(harness_variant.nodes))
-    plain = ExecutorConfig(
-        world_size=harness_variant.world_size, start_method=harness_variant.start_method, nodes=harness_variant.nodes
-    )
+    plain = variant_config(harness_variant, scale=1.0)
     checked = _CheckedFactory(loaded, plain, request.node)
     with pytest.MonkeyPatch.context() as mp:
         for key, value in env.items():

@@ -105,7 +105,7 @@ def diff(old: ClauseMatrix, new: ClauseMatrix) -> list[CellChange]:
     paired = paired_backends(old, new)
     if paired is not None:
         old, new = variant_by_variant(old, paired[0]), variant_by_variant(new, paired[1])
-    keys = sorted(set(old.cells) | set(new.cells), key=lambda k: (_clause_order(k[0]), k[1]))
+    keys = sorted(set(old.cells) | set(new.cells), key=lambda k: (clause_order(k[0]), k[1]))
     changes = []
     for clause, column in keys:
         before, after = old.outcome(clause, column), new.outcome(clause, column)
@@ -126,7 +126,8 @@ def diff(old: ClauseMatrix, new: ClauseMatrix) -> list[CellChange]:
     return changes
 
 
-def _clause_order(clause: str) -> tuple[int, str]:
+def clause_order(clause: str) -> tuple[int, str]:
+    """A sort key that puts clause ids in SPEC's order (C2 before C10)."""
     digits = clause[1:]
     return (int(digits), clause) if digits.isdigit() else (10**6, clause)
 

@@ -176,7 +176,8 @@ def _port_taken(log_text: str) -> bool:
 
 
 def _kill_others() -> None:
-    """SIGKILL what a failed start left in this process group (the keeper stays)."""
+    """SIGKILL the rest of this process group (the keeper stays): what a failed
+    start left, or what outlived the grace of a stop."""
     for pid in _group_members():
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
@@ -201,9 +202,7 @@ def _stop_group() -> None:
     deadline = time.monotonic() + _GRACE_S
     while _group_members() and time.monotonic() < deadline:
         time.sleep(0.05)
-    for pid in _group_members():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    _kill_others()
 
 
 def _write_token(path: str) -> None:
