@@ -135,13 +135,15 @@ conform: $(STAMP)
 	$(BIN)/python -m harness conform --backend uni,mp,ray --world-size 1,2,4 \
 	    --report-json reports/conform.json --report-html reports/conform.html
 
-## The tests: the simulated tier (CPU workers on gloo), then the side jobs at
-## once: the node tests, the chaos runs, the browser checks, and vLLM's install
-## (pip: mostly disk) followed by vLLM's executors under the suite (test-vllm
-## needs the install). A chaos run waits on its kills, stalls and timeouts more
-## than it computes, and every bound stretches with the load. With vLLM's runs
-## beside them CI took 44 min on 2 cores, where it took about 51 (README, "CI").
-test: test-core
+## The tests: the simulated tier (CPU workers on gloo) while vLLM's venv and
+## the browser install (pip and apt: mostly network and disk, which the core
+## run's tests, waiting on their workers, leave idle), then the side jobs at
+## once: the node tests, the chaos runs, the browser checks and vLLM's
+## executors under the suite. A chaos run waits on its kills, stalls and
+## timeouts more than it computes, and every bound stretches with the load.
+## CI's time on 2 cores: README, "CI".
+test:
+	$(MAKE) -j3 test-core install-vllm install-browser
 	$(MAKE) -j4 test-nodes test-vllm test-chaos test-browser
 
 ## What a user's environment may pair harness with, at the floor of its pytest range:
