@@ -331,7 +331,12 @@ def render_versions(folder: Path, releases: list[str]) -> str:
     if not keys:
         out += [f"No clause's cell differs between {', '.join(ran)}.", "", VERSIONS_END]
         return "\n".join(out)
-    out += [f"The clauses whose cells differ between {', '.join(ran)}:", ""]
+    out += [
+        f"The clauses whose cells differ between {', '.join(ran)} (a cell of the sample reads `not run` where "
+        "its one test ran and passed and the clause's other tests were filtered out; the tests under each "
+        "change say what ran):",
+        "",
+    ]
     out += ["| clause | column | " + " | ".join(ran) + " |", "|---|---|" + "---|" * len(ran)]
     for clause, column in keys:
         cells = [runs[r].outcome(clause, column) or ABSENT for r in ran]
