@@ -12,7 +12,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-vllm install-compat conform chaos test test-core test-apart test-chaos test-browser install-browser screenshot test-nodes test-nodes-full test-vllm test-vllm-full vllm-report vllm-chaos vllm-versions lint bench gpu-test gpu-test-vllm
+.PHONY: install install-vllm install-compat conform chaos test test-core test-nodes-meta test-apart test-chaos test-browser install-browser screenshot test-nodes test-nodes-full test-vllm test-vllm-full vllm-report vllm-chaos vllm-versions lint bench gpu-test gpu-test-vllm
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -135,15 +135,16 @@ conform: $(STAMP)
 	$(BIN)/python -m harness conform --backend uni,mp,ray --world-size 1,2,4 \
 	    --report-json reports/conform.json --report-html reports/conform.html
 
-## The tests: the simulated tier (CPU workers on gloo) while vLLM's venv and
-## the browser install (pip and apt: mostly network and disk, which the core
-## run's tests, waiting on their workers, leave idle), then the side jobs at
+## The tests: the simulated tier (CPU workers on gloo) while the meta tests
+## across nodes, vLLM's venv and the browser install (pip and apt: mostly
+## network and disk, which the core run's tests, waiting on their workers,
+## leave idle), then the side jobs at
 ## once: the node tests, the chaos runs, the browser checks and vLLM's
 ## executors under the suite. A chaos run waits on its kills, stalls and
 ## timeouts more than it computes, and every bound stretches with the load.
 ## CI's time on 2 cores: README, "CI".
 test:
-	$(MAKE) -j3 test-core install-vllm install-browser
+	$(MAKE) -j4 test-core test-nodes-meta install-vllm install-browser
 	$(MAKE) -j4 test-nodes test-vllm test-chaos test-browser
 
 ## What a user's environment may pair harness with, at the floor of its pytest range:
@@ -178,14 +179,20 @@ NODES_K = $(shell $(BIN)/python -c 'from harness.conformance.sample import sampl
 NODES_CONFORM = $(BIN)/python -m pytest -p no:cacheprovider --pyargs harness.conformance -m "not gpu" \
     --backend ray --world-size 4 --nodes 2 --require-nodes --harness-sample ""
 ## Without root (a laptop) it says it did not run and why, and make test goes on.
-## Then the meta tests of a run across nodes (marker nodes: broken backends on
-## simulated nodes, one shared run of about 200 s), which make test-core leaves out.
-NODES_META_TESTS := tests/meta/test_nodes_dimension.py
 test-nodes: $(STAMP)
 	@if [ "$$(id -u)" != 0 ]; then \
 	    echo "test-nodes: NOT RUN: ray across simulated nodes needs root (network namespaces); CI runs it"; \
 	else \
-	    ($(call in_own_tmpdir,$(NODES_CONFORM) -k "(($(NODES_K)) and not c10_ten) or node_failing or node_by_node")) && \
+	    $(call in_own_tmpdir,$(NODES_CONFORM) -k "(($(NODES_K)) and not c10_ten) or node_failing or node_by_node"); \
+	fi
+## The meta tests of a run across nodes (marker nodes: broken backends on simulated
+## nodes, one shared run of about 200 s), which make test-core leaves out; make
+## test runs them beside make test-core, where no other simulated cluster runs.
+NODES_META_TESTS := tests/meta/test_nodes_dimension.py
+test-nodes-meta: $(STAMP)
+	@if [ "$$(id -u)" != 0 ]; then \
+	    echo "test-nodes-meta: NOT RUN: simulated nodes need root (network namespaces); CI runs it"; \
+	else \
 	    $(BIN)/python -m pytest -p no:cacheprovider -m "nodes and not gpu" --durations=5 $(NODES_META_TESTS); \
 	fi
 
