@@ -135,13 +135,13 @@ conform: $(STAMP)
 	$(BIN)/python -m harness conform --backend uni,mp,ray --world-size 1,2,4 \
 	    --report-json reports/conform.json --report-html reports/conform.html
 
-## The tests: the simulated tier (CPU workers on gloo) while the meta tests
+## The tests: the simulated tier (CPU workers on gloo) beside the meta tests
 ## across nodes, vLLM's venv and the browser install (pip and apt: mostly
 ## network and disk, which the core run's tests, waiting on their workers,
-## leave idle), then the side jobs at
-## once: the node tests, the chaos runs, the browser checks and vLLM's
-## executors under the suite. A chaos run waits on its kills, stalls and
-## timeouts more than it computes, and every bound stretches with the load.
+## leave idle); then the side jobs at once: the node tests, the chaos runs, the
+## browser checks and vLLM's executors under the suite. A chaos run waits on its
+## kills, stalls and timeouts more than it computes, and every bound stretches
+## with the load.
 ## CI's time on 2 cores: README, "CI".
 test:
 	$(MAKE) -j4 test-core test-nodes-meta install-vllm install-browser

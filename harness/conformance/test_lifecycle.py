@@ -584,7 +584,7 @@ def test_c22_a_worker_failing_to_start_fails_construction_cleanly(
     # start across 2 simulated nodes at ws4 took longer than 60 s at 8 runnable
     # per CPU (CI, 2026-12-04). The variant's other settings (nodes) stay.
     init_timeout = 60.0 * load_scale()
-    cfg = dataclasses.replace(executor_config, env=dict(executor_config.env), init_timeout_s=init_timeout)
+    cfg = dataclasses.replace(executor_config, init_timeout_s=init_timeout)
     # The same config without the injection starts: else a backend that refuses
     # any start (or refuses the variable itself) would pass for a clean failure.
     ex = bounded(lambda: backend.factory(cfg), init_timeout + 5, "construction without the injection")
