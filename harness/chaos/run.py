@@ -165,6 +165,8 @@ class Run:
         self.stats = Stats()
         self.started = time.monotonic()
         self.schedule_ends = self.started + duration_s * (1.0 - soak_share)
+        #: Seconds that executor start-ups took: the run's time is its operations'.
+        self.starts_s = 0.0
         self.shrink_s = shrink_s
         self.first_found: float | None = None
         self.findings: list[Finding] = []
@@ -202,6 +204,7 @@ class Run:
         # machine makes slow does not eat it (CI once got 9 faults where its
         # test asks for 10: 147 s of a 180 s schedule went to 7 starts).
         self.schedule_ends += outcome.seconds
+        self.starts_s += outcome.seconds
         if outcome.hung or outcome.error is not None:
             raise Violation(
                 "C10",
@@ -380,7 +383,9 @@ def run_chaos(
         if run.findings:
             run.findings = [run.shrink(chaos, run.findings[0])]
         if not run.findings and soak_share > 0:
-            rest = max(duration_s - (time.monotonic() - run.started), 1.0)
+            # The soak gets what the duration has left once start-ups are not
+            # counted: the schedule's own end moved by them (Run.start_executor).
+            rest = max(duration_s - (time.monotonic() - run.started - run.starts_s), 1.0)
             executor = run.start_executor()
             try:
                 pids = run.worker_pids(executor)

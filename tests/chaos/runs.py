@@ -31,7 +31,11 @@ def chaos(tmp_path: Path, *args: str, bound_s: float) -> tuple[int, dict[str, An
         out, _ = proc.communicate(timeout=bound_s)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
+        try:
+            out, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:  # a process outside the group holds the pipe
+            proc.kill()
+            out = "(its output could not be read: a process it started outside its group holds the pipe)"
         what = " ".join(args)
         raise AssertionError(f"the chaos run {what} did not end within {bound_s:g} s:\n{out[-4000:]}") from None
     finally:
