@@ -78,6 +78,44 @@ def test_a_cluster_it_started_is_gone_after_shutdown(no_cluster: None) -> None:
     assert not [p for p in problems if not p.startswith("file descriptors")], problems
 
 
+def test_it_connects_to_the_cluster_it_started_not_the_newest_on_the_machine(
+    no_cluster: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Several runs on one machine start clusters at once (CI's parallel jobs,
+    # pytest-xdist's workers): Ray's "auto" address picks the newest it finds.
+    import ray
+
+    from harness.executors.ray import create
+    from harness.executors.ray.cluster import LocalCluster
+
+    start = LocalCluster.start.__func__  # type: ignore[attr-defined]
+    others: list[LocalCluster] = []
+
+    def start_then_another(cls: type[LocalCluster], num_cpus: int, *args: Any, **kwargs: Any) -> LocalCluster:
+        ours = start(cls, num_cpus, *args, **kwargs)
+        others.append(start(cls, 1))  # newer, another run's
+        return ours
+
+    monkeypatch.setattr(LocalCluster, "start", classmethod(start_then_another))
+    try:
+        ex = create(ExecutorConfig(1))
+        try:
+            from harness.executors.ray.executor import _RUNTIME
+
+            assert _RUNTIME.cluster is not None
+            ours, connected = _RUNTIME.cluster.address, ray.get_runtime_context().gcs_address
+            # By port: Ray names its GCS by the node's address, whichever the
+            # caller dialled (127.0.0.1 here); one machine, one port each.
+            assert connected.rpartition(":")[2] == ours.rpartition(":")[2], (
+                f"connected to the cluster at {connected}, another run's, not its own at {ours}"
+            )
+        finally:
+            ex.shutdown()
+    finally:
+        for other in others:
+            other.stop()
+
+
 def test_a_cluster_it_connected_to_keeps_running_after_shutdown(cluster: str) -> None:
     import ray
 

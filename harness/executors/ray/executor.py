@@ -198,8 +198,10 @@ class _Runtime:
                         del driver_env["RAY_ADDRESS"]
                         self._saved_env = set_environ(driver_env)
                         _reload_auth()
+                        # Its own address, not "auto": that scans the machine's
+                        # processes for clusters and warns of every other run's.
                         ray.init(
-                            address="auto",
+                            address=self.cluster.address,
                             _temp_dir=self.cluster.temp_dir,
                             log_to_driver=False,
                             configure_logging=False,
