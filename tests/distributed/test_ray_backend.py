@@ -92,7 +92,7 @@ def test_it_connects_to_the_cluster_it_started_not_the_newest_on_the_machine(
     others: list[LocalCluster] = []
 
     def start_then_another(cls: type[LocalCluster], num_cpus: int, *args: Any, **kwargs: Any) -> LocalCluster:
-        ours = start(cls, num_cpus, *args, **kwargs)
+        ours: LocalCluster = start(cls, num_cpus, *args, **kwargs)
         others.append(start(cls, 1))  # newer, another run's
         return ours
 

@@ -214,6 +214,7 @@ def test_a_finding_that_does_not_fail_again_is_kept_and_said_to_be_timing() -> N
 def test_a_slow_executor_start_does_not_eat_the_schedules_time() -> None:
     """A loaded machine slows start-ups; the schedule's operations keep their time
     (CI once got 9 faults where 10 were asked: start-ups took 147 s of 180)."""
+
     def slow_factory(config: ExecutorConfig) -> str:
         time.sleep(0.3)
         return "executor"
