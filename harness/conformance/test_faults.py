@@ -229,6 +229,7 @@ def test_c13_every_process_the_executor_started_exits_when_the_caller_is_sigkill
         for pid in pids:
             found.setdefault(pid, set()).add(how)
 
+    caller_err = (tmp_path / "caller.err").open("wb")  # a caller that exits says why
     driver = subprocess.Popen(
         [
             sys.executable,
@@ -240,10 +241,13 @@ def test_c13_every_process_the_executor_started_exits_when_the_caller_is_sigkill
             str(pid_file),
             state,
             str(executor_config.nodes),
+            str(executor_config.init_timeout_s),
         ],
         env=env,
         stdout=subprocess.DEVNULL,
+        stderr=caller_err,
     )
+    caller_err.close()  # the caller holds its own
     try:
         try:
             # The caller's own start (imports, then the executor's): the suite's wait,
@@ -251,7 +255,8 @@ def test_c13_every_process_the_executor_started_exits_when_the_caller_is_sigkill
             start_s = executor_config.init_timeout_s  # stretched by the load already
             started = wait_until(lambda: pid_file.exists() or driver.poll() is not None, start_s)
             assert started and pid_file.exists(), (
-                f"the caller process did not start its workers within {start_s:.0f} s (exit {driver.poll()})"
+                f"the caller process did not start its workers within {start_s:.0f} s (exit {driver.poll()}); "
+                f"its stderr ends: {_tail(tmp_path / 'caller.err')}"
             )
             ranks = json.loads(pid_file.read_text())
             if state != "idle" and set(ranks) == {driver.pid}:
@@ -314,3 +319,12 @@ def test_c13_every_process_the_executor_started_exits_when_the_caller_is_sigkill
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(f"/dev/shm/{name}")
         shutil.rmtree(driver_tmp, ignore_errors=True)
+
+
+def _tail(path: Path, limit: int = 1500) -> str:
+    """The end of a file the test kept (a caller's stderr), for a failure's message."""
+    try:
+        text = path.read_text(errors="replace").strip()
+    except OSError as exc:
+        return f"(unreadable: {exc})"
+    return text[-limit:] if text else "(nothing)"
