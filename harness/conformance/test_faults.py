@@ -229,25 +229,25 @@ def test_c13_every_process_the_executor_started_exits_when_the_caller_is_sigkill
         for pid in pids:
             found.setdefault(pid, set()).add(how)
 
-    caller_err = (tmp_path / "caller.err").open("wb")  # a caller that exits says why
-    driver = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "harness.conformance._orphan_driver",
-            backend.name,
-            str(executor_config.world_size),
-            executor_config.start_method,
-            str(pid_file),
-            state,
-            str(executor_config.nodes),
-            str(executor_config.init_timeout_s),
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=caller_err,
-    )
-    caller_err.close()  # the caller holds its own
+    # Its stderr is kept: a caller that exits early says why (the file is its own once started).
+    with (tmp_path / "caller.err").open("wb") as caller_err:
+        driver = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "harness.conformance._orphan_driver",
+                backend.name,
+                str(executor_config.world_size),
+                executor_config.start_method,
+                str(pid_file),
+                state,
+                str(executor_config.nodes),
+                str(executor_config.init_timeout_s),
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=caller_err,
+        )
     try:
         try:
             # The caller's own start (imports, then the executor's): the suite's wait,
