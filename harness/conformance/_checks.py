@@ -66,14 +66,15 @@ def _outcome(box: list[tuple[bool, Any]]) -> Any:
     return value
 
 
-def bounded(fn: Callable[[], T], seconds: float, what: str) -> T:
+def bounded(fn: Callable[[], T], seconds: float, what: str, why_longer: str = "") -> T:
     """``fn()``, run on a watchdog thread: its result, or its exception re-raised
     here; fails the test if it has not returned within ``seconds``. The hung
-    thread is a daemon, left behind: the test process is the suite's own and ends."""
+    thread is a daemon, left behind: the test process is the suite's own and ends.
+    ``why_longer``: the failure names a bound shorter than ``seconds``, and why it waited longer."""
     __tracebackhide__ = True
     box = _watched(fn, what, lambda thread, _: thread.join(seconds))
     if not box:
-        raise AssertionError(f"{what} did not return within {seconds:g} s")
+        raise AssertionError(f"{what} did not return within {why_longer or f'{seconds:g} s'}")
     return _outcome(box)  # type: ignore[no-any-return]
 
 

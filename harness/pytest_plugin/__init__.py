@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from harness.backends import BUILTIN_BACKENDS, LoadedBackend, module_installed
+from harness.conformance import _spec_bounds
 from harness.conformance._checks import bounded
 from harness.conformance.sample import SAMPLE
 from harness.contract import CLAUSES, Executor, ExecutorConfig
@@ -586,6 +587,17 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         if reason:
             item.user_properties.append(("harness_declared", reason))
             pytest.skip(f"{variant.backend.name} declares {clause} unsupported: {reason}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None]:
+    """Put on the test's report what its checks noted about SPEC's bounds on a
+    loaded machine (``_spec_bounds``): a pass that needed the stretch says so."""
+    _spec_bounds.drain_notes()  # another test's, in a process that runs several
+    try:
+        return (yield)
+    finally:
+        item.user_properties.extend(("harness_note", note) for note in _spec_bounds.drain_notes())
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -232,3 +232,31 @@ def test_a_shutdown_that_hangs_after_a_test_fails_c9_within_its_bound(pytester: 
     col = "leaky:hangs_in_shutdown ws1 cpu"
     assert outcomes["C1"][col] == "pass" and outcomes["C9"][col] == "FAIL", outcomes
     result.stdout.fnmatch_lines(["*C9*shutdown() after the test did not return within 30 s*"])
+
+
+LATE_SUITE = """
+import time
+import pytest
+from harness.conformance import _spec_bounds
+from harness.conformance._spec_bounds import wait_within
+
+@pytest.mark.clause("C12")
+def test_late_on_a_loaded_machine(executor, monkeypatch):
+    monkeypatch.delenv(_spec_bounds.EXACT_ENV, raising=False)
+    monkeypatch.setattr(_spec_bounds, "load_per_cpu", lambda: 8.0)
+    monkeypatch.setattr(_spec_bounds, "load_scale", lambda: 6.0)
+    start = time.monotonic()
+    assert wait_within(lambda: time.monotonic() - start > 0.3, 0.1, "the workers' exit")
+"""
+
+
+def test_a_pass_that_needed_the_load_s_stretch_of_a_spec_bound_says_so_in_the_report(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_late=LATE_SUITE)
+    path = pytester.path / "report.json"
+    result = pytester.runpytest_subprocess(*UNI, "--report-json", str(path))
+    assert result.ret == 0, result.stdout.str()[-2000:]
+    cell = json.loads(path.read_text())["clauses"]["C12"]["uni ws1 cpu"]
+    assert cell["outcome"] == "pass"
+    result.stdout.fnmatch_lines(["*C12 ?uni ws1 cpu? pass: *the workers' exit took 0.* past SPEC's 0.1 s*not judged*"])
