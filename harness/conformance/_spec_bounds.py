@@ -38,13 +38,17 @@ def stretched(bound_s: float) -> float:
     return bound_s if os.environ.get(EXACT_ENV, "") not in ("", "0") else bound_s * load_scale()
 
 
+def waited(bound_s: float) -> str:
+    """What a failure adds after naming SPEC's ``bound_s``: nothing on a quiet
+    machine; on a loaded one, the longer wait it got."""
+    wait = stretched(bound_s)
+    if wait <= bound_s:
+        return ""
+    return f" (SPEC's bound; waited {wait:.0f} s: the machine was loaded, {load_per_cpu():.1f} runnable per CPU)"
+
+
 def _waited(bound_s: float) -> str:
-    """The bound a failure names, and the longer wait a loaded machine got."""
-    waited = stretched(bound_s)
-    if waited <= bound_s:
-        return f"{bound_s:g} s"
-    loaded = f"the machine was loaded, {load_per_cpu():.1f} runnable per CPU"
-    return f"{bound_s:g} s (SPEC's bound; waited {waited:.0f} s: {loaded})"
+    return f"{bound_s:g} s{waited(bound_s)}"
 
 
 def judge(took_s: float, bound_s: float, what: str) -> None:
