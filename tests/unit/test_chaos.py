@@ -12,6 +12,7 @@ import pytest
 
 from harness.__main__ import main
 from harness.backends import load_backend
+from harness.chaos import run as chaos_run
 from harness.chaos import soak
 from harness.chaos.model import Echo, Model, Outcome, Violation
 from harness.chaos.run import ChaosReport, Finding, Run, render
@@ -224,6 +225,18 @@ def test_a_slow_executor_start_does_not_eat_the_schedules_time() -> None:
     ends = run.schedule_ends
     assert run.start_executor() == "executor"
     assert run.starts_s >= 0.3 and run.schedule_ends - ends == pytest.approx(run.starts_s)
+
+
+def test_an_executor_start_gets_a_start_up_bound_stretched_with_the_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The backend's own init_timeout_s stretches as the run's wait does (CI once
+    read C10 for ray: 'could not initialise torch.distributed within 120 s' at 42.8 runnable per CPU)."""
+    seen: list[ExecutorConfig] = []
+    monkeypatch.setattr(chaos_run, "load_scale", lambda: 4.0)
+    loaded = types.SimpleNamespace(name="records", factory=lambda config: seen.append(config) or "executor")
+    run = Run(loaded, ExecutorConfig(world_size=2), 60, 0, 0.25, 30)  # type: ignore[arg-type]
+    assert run.start_executor() == "executor"
+    assert seen[0].init_timeout_s == 4.0 * ExecutorConfig.init_timeout_s
+    assert seen[0].world_size == 2
 
 
 # ---- the command line ------------------------------------------------------------------
