@@ -103,6 +103,11 @@ def raised_by(
 ) -> BaseException | None:
     """The error ``fn()`` raised (``None`` if it returned), bounded by the suite's watchdog."""
     __tracebackhide__ = True
+    return bounded(error_from(fn, catch), seconds, what)
+
+
+def error_from(fn: Callable[[], object], catch: type[BaseException] = Exception) -> Callable[[], BaseException | None]:
+    """``fn`` as a call that returns the error it raised (``None`` if it returned)."""
 
     def outcome() -> BaseException | None:
         try:
@@ -111,7 +116,7 @@ def raised_by(
             return exc
         return None
 
-    return bounded(outcome, seconds, what)
+    return outcome
 
 
 def error_of(future: Any, seconds: float, what: str) -> BaseException | None:

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from harness.conformance._checks import bounded, wait_until
+from harness.conformance._checks import bounded, error_from, wait_until
 from harness.system.load import load_per_cpu, load_scale
 
 T = TypeVar("T")
@@ -96,15 +96,7 @@ def raised_within(
     """The error ``fn()`` raised (``None`` if it returned), allowed SPEC's
     ``bound_s`` stretched with the load (:func:`bounded_by_spec`)."""
     __tracebackhide__ = True
-
-    def outcome() -> BaseException | None:
-        try:
-            fn()
-        except catch as exc:  # the outcome under test
-            return exc
-        return None
-
-    return bounded_by_spec(outcome, bound_s, what)
+    return bounded_by_spec(error_from(fn, catch), bound_s, what)
 
 
 def drain_notes() -> list[str]:
