@@ -30,7 +30,7 @@ from harness.backends import LoadedBackend, load_backend
 from harness.chaos.model import Violation
 from harness.contract import ExecutorConfig
 from harness.system.growth import JUDGED_FROM_CALLS
-from harness.system.load import load_per_cpu, load_scale
+from harness.system.load import load_per_cpu, load_scale, start_up_scale
 
 
 class TimeUp(KeyboardInterrupt):
@@ -205,7 +205,7 @@ class Run:
         from harness.chaos.machine import attempt
 
         self.stats.executors += 1
-        bound = self.config.init_timeout_s * load_scale()
+        bound = self.config.init_timeout_s * start_up_scale()
         # The backend's own start-up bound stretches too: a start slowed by the load is
         # no C10 violation (CI: 'could not initialise torch.distributed within
         # init_timeout_s=120 s' at 42.8 runnable per CPU).

@@ -69,7 +69,7 @@ from harness.pytest_plugin.options import (
 from harness.pytest_plugin.outcomes import LEAK_CLAUSE, MatrixCollector, tag_item
 from harness.pytest_plugin.parallel import EXCLUSIVE_MARKER, ISOLATED_MARKER, run_side_by_side
 from harness.report import ClauseMatrix, machine_settings
-from harness.system.load import load_scale
+from harness.system.load import start_up_scale
 from harness.system.nodes import unavailable_reason
 from harness.system.reaper import Reaper
 
@@ -370,13 +370,15 @@ def harness_seed(request: pytest.FixtureRequest) -> int:
 def variant_config(variant: Variant, scale: float | None = None) -> ExecutorConfig:
     """The variant's config. Its start-up bound is the suite's own wait here (C22
     checks start-up failures with configs of its own), so a loaded machine
-    stretches it (``scale``: by default the load's, :func:`load_scale`): CI's side
-    jobs at 10 runnable per CPU timed out three correct starts across nodes at 120 s."""
+    stretches it (``scale``: by default :func:`start_up_scale`, the whole stretch
+    on a machine loaded at all): CI's side jobs at 10 runnable per CPU timed out
+    three correct starts across nodes at 120 s, and later two at 237 s, a bound
+    read from the load at their start, before their own workers loaded it."""
     return ExecutorConfig(
         world_size=variant.world_size,
         start_method=variant.start_method,
         nodes=variant.nodes,
-        init_timeout_s=ExecutorConfig.init_timeout_s * (load_scale() if scale is None else scale),
+        init_timeout_s=ExecutorConfig.init_timeout_s * (start_up_scale() if scale is None else scale),
     )
 
 

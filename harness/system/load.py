@@ -21,6 +21,25 @@ def load_per_cpu() -> float:
         return 0.0
 
 
+def start_up_scale(loads: tuple[float, ...] | None = None) -> float:
+    """How many times a start-up bound stretches: the full :data:`LOAD_SCALE_MAX`
+    on a machine busier than its CPUs over any of the last 1, 5 or 15 minutes
+    (``loads``: those averages per CPU; default: the machine's), else 1.
+
+    A start waits minutes, and the 1-minute average read at its beginning does
+    not foretell the load during it: CI's test of a correct ``ray`` start across
+    nodes began at 2 runnable per CPU (a 237 s bound) while three other starts
+    imported torch beside it, and timed out. Only a start that never completes
+    waits the whole bound, so the generous bound costs a broken backend time,
+    never a correct one its verdict."""
+    if loads is None:
+        try:
+            loads = tuple(load / (os.cpu_count() or 1) for load in os.getloadavg())
+        except OSError:
+            loads = ()
+    return LOAD_SCALE_MAX if any(load > 1.0 for load in loads) else 1.0
+
+
 def load_scale(load: float | None = None) -> float:
     """How many times a wait of the suite's own stretches now: the load per CPU,
     between 1 (a machine no busier than its CPUs) and :data:`LOAD_SCALE_MAX`."""

@@ -167,7 +167,7 @@ def across(test: Callable[..., None]) -> Callable[..., None]:
     """A test of the shared multi-node run: where nodes can be simulated, with a
     bound for the whole run (the first test to ask waits for all of it). Marked
     ``nodes``: make test runs them in test-nodes, beside the other side jobs."""
-    for mark in (*needs_nodes, pytest.mark.timeout(1200), pytest.mark.nodes):
+    for mark in (*needs_nodes, pytest.mark.timeout(1800), pytest.mark.nodes):
         test = mark(test)
     return test
 
@@ -184,7 +184,7 @@ def across_nodes(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.C
     done = subprocess.run(
         [sys.executable, "-m", "harness", "conform", "--backend", backends,
          "--world-size", "4", "--nodes", "2", "--require-nodes", "-k", k, "--report-json", str(report)],
-        cwd=ROOT, capture_output=True, text=True, timeout=900, check=False, env=env,
+        cwd=ROOT, capture_output=True, text=True, timeout=1500, check=False, env=env,
     )  # fmt: skip
     assert report.exists(), done.stdout[-3000:] + done.stderr[-2000:]
     return done, json.loads(report.read_text())["clauses"]

@@ -231,11 +231,11 @@ def test_an_executor_start_gets_a_start_up_bound_stretched_with_the_load(monkeyp
     """The backend's own init_timeout_s stretches as the run's wait does (CI once
     read C10 for ray: 'could not initialise torch.distributed within 120 s' at 42.8 runnable per CPU)."""
     seen: list[ExecutorConfig] = []
-    monkeypatch.setattr(chaos_run, "load_scale", lambda: 4.0)
+    monkeypatch.setattr(chaos_run, "start_up_scale", lambda: 6.0)
     loaded = types.SimpleNamespace(name="records", factory=lambda config: seen.append(config) or "executor")
     run = Run(loaded, ExecutorConfig(world_size=2), 60, 0, 0.25, 30)  # type: ignore[arg-type]
     assert run.start_executor() == "executor"
-    assert seen[0].init_timeout_s == 4.0 * ExecutorConfig.init_timeout_s
+    assert seen[0].init_timeout_s == 6.0 * ExecutorConfig.init_timeout_s
     assert seen[0].world_size == 2
 
 

@@ -43,6 +43,18 @@ def test_the_suite_s_own_waits_scale_with_the_load_per_cpu_at_most_six_times(loa
     assert load.load_scale(load_per_cpu) == scale
 
 
+@pytest.mark.parametrize(
+    ("loads", "scale"),
+    [((0.2, 0.5, 0.9), 1.0), ((2.0, 0.5, 0.3), 6.0), ((0.4, 1.5, 0.8), 6.0), ((0.1, 0.2, 1.2), 6.0), ((), 1.0)],
+)
+def test_a_start_up_bound_gets_the_whole_stretch_once_the_machine_was_loaded_in_the_last_15_minutes(
+    loads: tuple[float, ...], scale: float
+) -> None:
+    """A start outlasts the 1-minute average read at its beginning: any load past
+    the CPUs over 1, 5 or 15 minutes stretches it six times, none leaves it exact."""
+    assert load.start_up_scale(loads) == scale
+
+
 def test_a_call_that_keeps_making_progress_returns_its_result_past_the_stall_bound() -> None:
     steps: list[int] = []
 
