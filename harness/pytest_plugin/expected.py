@@ -37,6 +37,8 @@ __all__ = ["KNOWN_FAILURE", "Expected", "ExpectedFailures", "load_expected"]
 KNOWN_FAILURE = "known failure"
 #: Where a test's leak entry is kept for the executor fixture: (the list, the entry).
 leak_key = pytest.StashKey[tuple["ExpectedFailures", "Expected"]]()
+#: Set on a test its backend's list expects to fail: its checks judge SPEC's bounds exactly.
+known_failure_key = pytest.StashKey[bool]()
 
 _LINE = re.compile(
     r"^(?P<pattern>\S+)\s+(?P<clause>C\d+)(?: \((?P<mod>after the test|sometimes)\))?:\s*(?P<reason>\S.*)$"
@@ -160,6 +162,7 @@ def mark_known_failures(items: list[pytest.Item], option: tuple[str, str] | None
         entry = known.match(item.name, clauses_of(item))
         if entry is not None:
             item.add_marker(pytest.mark.xfail(strict=not entry.sometimes, reason=known.reason(entry)))
+            item.stash[known_failure_key] = True
         leak = known.leak(item.name)
         if leak is not None:
             item.stash[leak_key] = (known, leak)

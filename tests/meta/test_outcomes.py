@@ -260,3 +260,19 @@ def test_a_pass_that_needed_the_load_s_stretch_of_a_spec_bound_says_so_in_the_re
     cell = json.loads(path.read_text())["clauses"]["C12"]["uni ws1 cpu"]
     assert cell["outcome"] == "pass"
     result.stdout.fnmatch_lines(["*C12 ?uni ws1 cpu? pass: *the workers' exit took 0.* past SPEC's 0.1 s*not judged*"])
+
+
+def test_a_known_failure_judges_spec_bounds_exactly_even_on_a_loaded_machine(pytester: pytest.Pytester) -> None:
+    """The stretch spares a correct backend a FAIL; a test its backend's list
+    expects to fail gets no stretch, so it fails at SPEC's bound, not six times
+    later: the same late check that passes with a note above fails here, as listed."""
+    pytester.makepyfile(test_late=LATE_SUITE)
+    listed = pytester.path / "known.txt"
+    listed.write_text("test_late_on_a_loaded_machine[uni-*]  C12: the workers exit late\n")
+    path = pytester.path / "report.json"
+    result = pytester.runpytest_subprocess(*UNI, "--harness-expected-failures", str(listed), "--report-json", str(path))
+    assert result.ret == 0, result.stdout.str()[-2000:]
+    result.assert_outcomes(xfailed=1)
+    cell = json.loads(path.read_text())["clauses"]["C12"]["uni ws1 cpu"]
+    assert cell["outcome"] == "FAIL", cell
+    assert "not judged" not in json.dumps(cell), cell

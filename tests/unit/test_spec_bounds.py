@@ -100,3 +100,15 @@ def test_a_slow_call_on_a_loaded_machine_returns_its_outcome_with_a_note(monkeyp
     assert isinstance(error, RuntimeError)
     (note,) = drain_notes()
     assert note.startswith("a call after the death took 0.")
+
+
+def test_within_a_known_failure_a_bound_stays_exact_on_a_loaded_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    _load(monkeypatch, 4.0)
+    assert _spec_bounds.stretched(10) == 40
+    with _spec_bounds.exact_while(True):
+        assert _spec_bounds.stretched(10) == 10
+        with _spec_bounds.exact_while(False):  # nested: stays exact
+            assert _spec_bounds.stretched(10) == 10
+    with _spec_bounds.exact_while(False):
+        assert _spec_bounds.stretched(10) == 40
+    assert _spec_bounds.stretched(10) == 40
