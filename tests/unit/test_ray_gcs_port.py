@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from harness.executors.ray import cluster
 
 
@@ -16,3 +18,19 @@ def test_a_start_that_lost_its_port_is_told_apart_from_other_failures() -> None:
     lost = "Check failed: server_ Failed to start the grpc server. The specified port is 35923."
     assert cluster._port_taken(lost)
     assert not cluster._port_taken("RuntimeError: Failed to start GCS. Out of memory")
+
+
+def test_a_start_whose_raylet_was_too_slow_for_rays_own_wait_is_tried_again_and_others_are_final() -> None:
+    """Ray waits a fixed 30 s for its raylet to register: a loaded machine's
+    failure, worth another start; a start that failed for another reason is not."""
+    slow = "Exception: The current node timed out during startup. This could happen because some of the raylet"
+    assert cluster._worth_another_try(slow)
+    assert cluster._worth_another_try("Failed to start the grpc server. The specified port is 35923.")
+    assert not cluster._worth_another_try("RuntimeError: Failed to start GCS. Out of memory")
+
+
+def test_the_keepers_start_up_bound_stretches_on_a_loaded_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cluster, "start_up_scale", lambda: 6.0)
+    assert cluster._start_bound() == 6 * cluster._START_S
+    monkeypatch.setattr(cluster, "start_up_scale", lambda: 1.0)
+    assert cluster._start_bound() == cluster._START_S

@@ -34,6 +34,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+from harness.system.load import start_up_scale
+
 __all__ = ["LocalCluster"]
 
 _START_S = 120.0
@@ -73,8 +75,11 @@ class LocalCluster:
         }
 
     @classmethod
-    def start(cls, num_cpus: int, num_gpus: int | None = None, timeout_s: float = _START_S) -> LocalCluster:
-        """Start a cluster with ``num_cpus`` logical CPUs; its node on loopback."""
+    def start(cls, num_cpus: int, num_gpus: int | None = None, timeout_s: float | None = None) -> LocalCluster:
+        """Start a cluster with ``num_cpus`` logical CPUs; its node on loopback.
+        ``timeout_s``: by default the keeper's own bound (:func:`_start_bound`) and a margin."""
+        if timeout_s is None:
+            timeout_s = _start_bound() + 30
         death_r, death_w = os.pipe()
         cmd = [sys.executable, "-m", __name__, str(death_r), str(num_cpus), "" if num_gpus is None else str(num_gpus)]
         env = dict(os.environ)
@@ -133,6 +138,10 @@ _LOWEST_PORT = 20000
 _START_TRIES = 4
 # What ray start's log says when its GCS port was taken between choosing and binding it.
 _PORT_TAKEN = ("Address already in use", "Failed to start the grpc server")
+# What it says when its raylet did not register with the GCS within Ray's fixed
+# 30 s (ray/_private/node.py): a loaded machine's doing (CI, three heavy jobs
+# starting at once), which a second start may not meet.
+_SLOW_START = ("The current node timed out during startup",)
 
 
 def _ephemeral_range() -> tuple[int, int]:
@@ -173,6 +182,18 @@ def _candidate_ports() -> list[int]:
 
 def _port_taken(log_text: str) -> bool:
     return any(words in log_text for words in _PORT_TAKEN)
+
+
+def _worth_another_try(log_text: str) -> bool:
+    """A failed ``ray start`` that another may get past: its port was taken, or
+    the machine was too busy for Ray's own start-up wait."""
+    return _port_taken(log_text) or any(words in log_text for words in _SLOW_START)
+
+
+def _start_bound() -> float:
+    """How long the keeper tries to start a cluster: 120 s, stretched on a
+    loaded machine as every start-up bound of the suite is."""
+    return _START_S * start_up_scale()
 
 
 def _kill_others() -> None:
@@ -222,8 +243,9 @@ def _terminated(signum: int, frame: object) -> None:
 def _start_head(cmd: list[str], temp_dir: str, ports: list[int]) -> tuple[subprocess.Popen[bytes], int] | str:
     """Run ``ray start`` on the first of ``ports`` it can bind: the started
     process and its port, or why it did not start. A start that failed because
-    its port was taken is tried again on the next port; any other failure is final."""
-    deadline = time.monotonic() + _START_S
+    its port was taken, or whose raylet was too slow to register on a loaded
+    machine, is tried again on the next port; any other failure is final."""
+    deadline = time.monotonic() + _start_bound()
     why = "no port to try"
     for attempt, port in enumerate(ports, 1):
         log_path = os.path.join(temp_dir, f"ray-start-{attempt}.log")
@@ -244,7 +266,7 @@ def _start_head(cmd: list[str], temp_dir: str, ports: list[int]) -> tuple[subpro
         ray_start.wait()
         tail = " | ".join(text.strip().splitlines()[-5:])
         why = f"ray start (port {port}, try {attempt} of {len(ports)}) exited with {ray_start.returncode}: {tail}"
-        if not _port_taken(text) or time.monotonic() > deadline:
+        if not _worth_another_try(text) or time.monotonic() > deadline:
             return why
         _kill_others()
     return why
