@@ -13,12 +13,20 @@ import os
 LOAD_SCALE_MAX = 6.0
 
 
+def loads_per_cpu() -> tuple[float, float, float]:
+    """The machine's load averages over the last 1, 5 and 15 minutes, per CPU
+    (1.0: as many runnable as CPUs); zeros where the system has none."""
+    try:
+        cpus = os.cpu_count() or 1
+        one, five, fifteen = os.getloadavg()
+    except OSError:
+        return (0.0, 0.0, 0.0)
+    return (one / cpus, five / cpus, fifteen / cpus)
+
+
 def load_per_cpu() -> float:
     """The machine's load average over the last minute, per CPU (1.0: as many runnable as CPUs)."""
-    try:
-        return os.getloadavg()[0] / (os.cpu_count() or 1)
-    except OSError:
-        return 0.0
+    return loads_per_cpu()[0]
 
 
 def start_up_scale(loads: tuple[float, ...] | None = None) -> float:
@@ -33,10 +41,7 @@ def start_up_scale(loads: tuple[float, ...] | None = None) -> float:
     waits the whole bound, so the generous bound costs a broken backend time,
     never a correct one its verdict."""
     if loads is None:
-        try:
-            loads = tuple(load / (os.cpu_count() or 1) for load in os.getloadavg())
-        except OSError:
-            loads = ()
+        loads = loads_per_cpu()
     return LOAD_SCALE_MAX if any(load > 1.0 for load in loads) else 1.0
 
 

@@ -77,11 +77,14 @@ class LocalCluster:
     @classmethod
     def start(cls, num_cpus: int, num_gpus: int | None = None, timeout_s: float | None = None) -> LocalCluster:
         """Start a cluster with ``num_cpus`` logical CPUs; its node on loopback.
-        ``timeout_s``: by default the keeper's own bound (:func:`_start_bound`) and a margin."""
+        ``timeout_s``: by default the keeper's own bound (:func:`_start_bound`, read
+        once here and handed to it) and a margin."""
+        start_s = _start_bound()
         if timeout_s is None:
-            timeout_s = _start_bound() + 30
+            timeout_s = start_s + 30
         death_r, death_w = os.pipe()
-        cmd = [sys.executable, "-m", __name__, str(death_r), str(num_cpus), "" if num_gpus is None else str(num_gpus)]
+        gpus = "" if num_gpus is None else str(num_gpus)
+        cmd = [sys.executable, "-m", __name__, str(death_r), str(num_cpus), gpus, str(start_s)]
         env = dict(os.environ)
         # Its own token (the keeper makes it), whatever the caller's environment names.
         env[_AUTH_MODE] = "token"
@@ -240,12 +243,14 @@ def _terminated(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def _start_head(cmd: list[str], temp_dir: str, ports: list[int]) -> tuple[subprocess.Popen[bytes], int] | str:
+def _start_head(
+    cmd: list[str], temp_dir: str, ports: list[int], start_s: float
+) -> tuple[subprocess.Popen[bytes], int] | str:
     """Run ``ray start`` on the first of ``ports`` it can bind: the started
     process and its port, or why it did not start. A start that failed because
     its port was taken, or whose raylet was too slow to register on a loaded
     machine, is tried again on the next port; any other failure is final."""
-    deadline = time.monotonic() + _start_bound()
+    deadline = time.monotonic() + start_s
     why = "no port to try"
     for attempt, port in enumerate(ports, 1):
         log_path = os.path.join(temp_dir, f"ray-start-{attempt}.log")
@@ -272,7 +277,8 @@ def _start_head(cmd: list[str], temp_dir: str, ports: list[int]) -> tuple[subpro
     return why
 
 
-def _keep(death_fd: int, num_cpus: str, num_gpus: str) -> None:
+def _keep(death_fd: int, num_cpus: str, num_gpus: str, start_s: float | None = None) -> None:
+    """Start the cluster within ``start_s`` (default :func:`_start_bound`), then keep it until told."""
     # A keeper told to stop (SIGTERM, say by a process manager) stops its cluster first.
     signal.signal(signal.SIGTERM, _terminated)
     # Short: Ray puts unix sockets under it, whose paths may not exceed 107 bytes.
@@ -298,7 +304,7 @@ def _keep(death_fd: int, num_cpus: str, num_gpus: str) -> None:
     os.environ["TMPDIR"] = temp_dir
     try:
         _write_token(os.path.join(temp_dir, _TOKEN_FILE))
-        started = _start_head(cmd, temp_dir, _candidate_ports())
+        started = _start_head(cmd, temp_dir, _candidate_ports(), _start_bound() if start_s is None else start_s)
         if isinstance(started, str):
             print(f"failed {started}", flush=True)
             return
@@ -318,4 +324,4 @@ def _keep(death_fd: int, num_cpus: str, num_gpus: str) -> None:
 
 
 if __name__ == "__main__":
-    _keep(int(sys.argv[1]), sys.argv[2], sys.argv[3])
+    _keep(int(sys.argv[1]), sys.argv[2], sys.argv[3], float(sys.argv[4]))
