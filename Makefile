@@ -146,9 +146,11 @@ conform: $(STAMP)
 ## ran 27 runnable per CPU on CI's 2 cores, past the six times the suite's
 ## bounds stretch, and timed out three correct checks.
 ## CI's time on 2 cores: README, "CI".
+## Last, alone, the perf tier's quick checks (test-perf).
 test:
 	$(MAKE) -j6 test-core test-nodes-meta install-vllm install-browser test-chaos-meta test-browser
 	$(MAKE) -j3 test-nodes test-vllm test-chaos-built-in
+	$(MAKE) test-perf
 
 ## What a user's environment may pair harness with, at the floor of its pytest range:
 ## harness from a wheel, in a fresh venv, beside pytest 7.4 (pyproject.toml's
@@ -208,7 +210,15 @@ test-nodes-full: $(STAMP)
 ## chaos, browser, nodes) are the side jobs' (make test-apart, make test-nodes).
 test-core: $(STAMP) $(COMPAT_STAMP)
 	HARNESS_COMPAT_PYTHON=$(CURDIR)/$(COMPAT_VENV)/bin/python $(BIN)/python -m pytest \
-	    -m "not gpu and not chaos and not browser and not nodes" --durations=30
+	    -m "not gpu and not chaos and not browser and not nodes and not perf" --durations=30
+## The perf tier's quick checks (marker perf: an A/B run flags a call 1 ms late
+## and not mp against itself; the stored baseline of this kind of machine), on
+## their own: they time calls, and beside make test's other jobs (20 runnable per
+## CPU) an A/B run judged a call 1 ms late "no change" (interval -16 % to +69 %).
+## Not the full form (perf_full, minutes): pytest -m perf runs that.
+PERF_TESTS := tests/perf
+test-perf: $(STAMP)
+	$(BIN)/python -m pytest -p no:cacheprovider -m "perf and not perf_full and not gpu" --durations=5 $(PERF_TESTS)
 ## What make test runs beside the node tests and vLLM's install, each a job of its
 ## own: the chaos runs (a short run per built-in backend, and the proof that a run
 ## finds each broken backend: tests/*/test_chaos.py), which wait on kills, stalls

@@ -372,6 +372,7 @@ def _chaos(args: argparse.Namespace) -> int:
             start_method=args.start_method,
             soak_share=args.soak_share,
             shrink_s=args.shrink_time,
+            operations=args.operations,
             declare={c.strip(): "declared with --declare" for c in args.declare.split(",") if c.strip()}
             if args.declare
             else None,
@@ -519,6 +520,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--duration", type=_non_negative_float, default=60.0, help="seconds of the run, soak included (default 60)"
     )
     chaos.add_argument("--seed", type=int, default=0, help="the schedule's seed: the same seed draws the same schedule")
+    chaos.add_argument(
+        "--operations",
+        type=_positive_int,
+        default=None,
+        help="run the schedule for this many operations, however long they take, instead of its share of "
+        "the duration: the same seed then runs the same operations on a loaded machine as on a quiet one "
+        "(a violation's replay line names the operation it was found at)",
+    )
     chaos.add_argument("--start-method", help="for backends that start processes (default: the backend's first)")
     chaos.add_argument(
         "--soak-share",

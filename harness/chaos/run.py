@@ -1,17 +1,24 @@
 """A chaos run: the seeded schedule (``machine.py``) for most of its time, then
 the soak (``soak.py``), and what both found, printed.
 
-    run_chaos(backend, world size, duration, seed)
-      ├─ schedule: Hypothesis examples until (1 - soak share) of the duration;
+    run_chaos(backend, world size, duration, seed[, operations])
+      ├─ schedule: Hypothesis examples until (1 - soak share) of the duration,
+      │   or, given ``operations``, until that many operations have run;
       │   the first violation stops generation, then shrinking (its own budget)
       └─ soak: one executor for the rest, growth per 1,000 calls
     ──► ChaosReport: operations, faults by kind, calls per second, the largest
         hang-free wait, growth, violations with their clause and shrunk operations
 
 The same seed draws the same schedule (Hypothesis's, seeded; no example
-database): ``python -m harness chaos … --seed K`` replays it. Outcomes that
-depend on timing may still differ from one run to the next: the report gives
-the shrunk operations, which reproduce a finding by themselves.
+database): ``python -m harness chaos … --seed K`` replays it. How far a run of
+a given duration gets in it depends on the machine: a loaded one runs fewer
+operations in the same seconds (CI: 242 in a schedule of 42 s where a quiet
+machine ran 665 in 30 s, and missed a violation at operation 272). A budget of
+operations (``--operations N``) runs the same operations on any machine, however
+long they take; a finding's replay line names the operation it was found at,
+so the replay stops there. Outcomes that depend on timing may still differ from
+one run to the next: the report gives the shrunk operations, which reproduce a
+finding by themselves.
 """
 
 from __future__ import annotations
@@ -74,6 +81,9 @@ class Finding:
     steps: list[tuple[str, dict[str, Any]]] = dataclasses.field(default_factory=list)
     #: How the shrunk steps fared when replayed: "failed again", or why not.
     replayed: str = ""
+    #: The schedule's operation it was found at (1 is the first; the soak's: the
+    #: schedule's last), what ``--operations`` replays up to.
+    at_operation: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -99,11 +109,18 @@ class ChaosReport:
     #: The clauses declared with --declare: their operations left the schedule (a replay must leave them out too).
     declared: list[str] = dataclasses.field(default_factory=list)
 
+    #: The schedule's budget of operations (--operations), if it had one rather than its share of the duration.
+    operations: int | None = None
+
     @property
     def replay(self) -> str:
+        """The command that runs this schedule again: up to the finding's operation
+        where there is one (a slower machine would not reach it in the same seconds)."""
+        upto = self.findings[0].at_operation if self.findings and self.findings[0].at_operation else self.operations
         return (
             f"python -m harness chaos --backend {self.backend} --world-size {self.world_size} "
             f"--start-method {self.start_method} --duration {self.duration_s:g} --seed {self.seed}"
+            + (f" --operations {upto}" if upto else "")
             + (f" --declare {','.join(self.declared)}" if self.declared else "")
         )
 
@@ -115,6 +132,7 @@ class ChaosReport:
             "start_method": self.start_method,
             "seed": self.seed,
             "duration_s": self.duration_s,
+            "operations_budget": self.operations,
             "seconds": round(self.seconds, 1),
             "examples": self.stats.examples,
             "shrink_examples": self.stats.shrink_examples,
@@ -157,6 +175,7 @@ class Run:
         seed: int,
         soak_share: float,
         shrink_s: float,
+        operations: int | None = None,
     ) -> None:
         self.loaded = loaded
         self.config = config
@@ -165,6 +184,8 @@ class Run:
         self.stats = Stats()
         self.started = time.monotonic()
         self.schedule_s = duration_s * (1.0 - soak_share)
+        #: The schedule's budget of operations; None: its share of the duration.
+        self.operations = operations
         #: Seconds that executor start-ups took: the run's time is its operations'.
         self.starts_s = 0.0
         self.shrink_s = shrink_s
@@ -185,11 +206,17 @@ class Run:
         return self.loaded.declared(clause) is None
 
     def tick(self) -> None:
-        """Before each operation: ends the schedule once its time is up, or once it
-        found a violation (shrinking it is ``shrink``'s, outside Hypothesis)."""
+        """Before each operation: ends the schedule once its time (or its budget of
+        operations) is up, or once it found a violation (shrinking it is
+        ``shrink``'s, outside Hypothesis)."""
         if self.replaying:
             return
-        if self.first_found is not None or time.monotonic() > self.schedule_ends:
+        if self.first_found is not None:
+            raise TimeUp()
+        if self.operations is not None:
+            if self.stats.operations >= self.operations:
+                raise TimeUp()
+        elif time.monotonic() > self.schedule_ends:
             raise TimeUp()
 
     def found(self, violation: Violation, log: list[str], steps: list[tuple[str, dict[str, Any]]]) -> None:
@@ -199,7 +226,16 @@ class Run:
         if self.first_found is None:
             self.first_found = now
         violation.recorded = True  # type: ignore[attr-defined]
-        self.findings.append(Finding(violation.clause, violation.message, list(log), now - self.started, list(steps)))
+        self.findings.append(
+            Finding(
+                violation.clause,
+                violation.message,
+                list(log),
+                now - self.started,
+                list(steps),
+                at_operation=self.stats.operations,
+            )
+        )
 
     def start_executor(self) -> Any:
         from harness.chaos.machine import attempt
@@ -249,7 +285,15 @@ class Run:
             if violation is None or violation.clause != finding.clause:
                 return None
             kept = candidate[: ran + 1]
-            best = Finding(violation.clause, violation.message, log, finding.found_after_s, kept, "failed again")
+            best = Finding(
+                violation.clause,
+                violation.message,
+                log,
+                finding.found_after_s,
+                kept,
+                "failed again",
+                finding.at_operation,
+            )
             return kept
 
         try:
@@ -320,10 +364,13 @@ def run_chaos(
     shrink_s: float | None = None,
     where: str = "the command line",
     declare: dict[str, str] | None = None,
+    operations: int | None = None,
 ) -> ChaosReport:
     """A chaos run of ``backend``; see the module's docstring. ``declare``: clauses
     to treat as declared unsupported (their operations leave the schedule), as
-    ``conform --declare`` does: a backend's known failures, set aside to look for new ones."""
+    ``conform --declare`` does: a backend's known failures, set aside to look for new ones.
+    ``operations``: the schedule runs that many operations, however long they take,
+    instead of its share of ``duration_s`` (which the soak still gets)."""
     from hypothesis import HealthCheck, Phase, Verbosity, settings
     from hypothesis import seed as seeded
     from hypothesis.stateful import run_state_machine_as_test
@@ -339,6 +386,8 @@ def run_chaos(
         raise ValueError(f"--soak-share {soak_share} from {where}: must be at least 0 and less than 1")
     if duration_s <= 0:
         raise ValueError(f"--duration {duration_s} from {where}: must be more than 0 seconds")
+    if operations is not None and operations < 1:
+        raise ValueError(f"--operations {operations} from {where}: must be at least 1")
     method = start_method or (loaded.start_methods[0] if loaded.start_methods else "spawn")
     if loaded.start_methods is not None and method not in loaded.start_methods:
         raise ValueError(
@@ -346,9 +395,15 @@ def run_chaos(
         )
     config = ExecutorConfig(world_size=world_size, start_method=method)
     run = Run(
-        loaded, config, duration_s, seed, soak_share, shrink_s if shrink_s is not None else max(60.0, duration_s / 2)
+        loaded,
+        config,
+        duration_s,
+        seed,
+        soak_share,
+        shrink_s if shrink_s is not None else max(60.0, duration_s / 2),
+        operations,
     )
-    report = ChaosReport(backend, world_size, method, seed, duration_s)
+    report = ChaosReport(backend, world_size, method, seed, duration_s, operations=operations)
     report.declared = sorted(declare or {}, key=lambda c: int(c[1:]) if c[1:].isdigit() else 0)
     report.left_out = {
         operation: f"{clause} declared unsupported: {loaded.declared(clause)}"
@@ -392,7 +447,11 @@ def run_chaos(
         if not run.findings and soak_share > 0:
             # The soak gets what the duration has left once start-ups are not
             # counted: the schedule's own end moved by them (Run.start_executor).
-            rest = max(duration_s - (time.monotonic() - run.started - run.starts_s), 1.0)
+            # After a budget of operations, its own share of the duration.
+            if operations is not None:
+                rest = duration_s * soak_share
+            else:
+                rest = max(duration_s - (time.monotonic() - run.started - run.starts_s), 1.0)
             executor = run.start_executor()
             try:
                 pids = run.worker_pids(executor)
@@ -415,7 +474,8 @@ def render(report: ChaosReport) -> str:
     d = report.as_dict()
     lines = [
         f"chaos: {report.backend} ws{report.world_size} ({report.start_method}), seed {report.seed}, "
-        f"{d['seconds']:g} s of {report.duration_s:g} s",
+        f"{d['seconds']:g} s of {report.duration_s:g} s"
+        + (f" (the schedule: {report.operations} operations)" if report.operations else ""),
         f"  examples {d['examples']}, operations {d['operations']}, calls {d['calls']} "
         f"({d['calls_per_second']:g} per second), executors started {d['executors']}",
         "  faults injected: " + (", ".join(f"{kind} {n}" for kind, n in sorted(report.stats.faults.items())) or "none"),
@@ -439,7 +499,9 @@ def render(report: ChaosReport) -> str:
         lines += [f"    {s}" for s in report.stretched]
     if report.findings:
         f = report.findings[0]
-        lines.append(f"VIOLATION of {f.clause} (found after {f.found_after_s:.0f} s): {f.message}")
+        lines.append(
+            f"VIOLATION of {f.clause} (found after {f.found_after_s:.0f} s, at operation {f.at_operation}): {f.message}"
+        )
         stopped = " (shrinking stopped at its time budget)" if report.shrink_stopped else ""
         if f.replayed:
             stopped += f"; replayed: {f.replayed}"

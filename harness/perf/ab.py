@@ -15,10 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.perf.runner import Side, labels_for, open_side, run_rounds
-from harness.perf.stats import MIN_SAMPLES, SLOWER, Verdict, compare
+from harness.perf.stats import MIN_SAMPLES, NO_CHANGE, SLOWER, Verdict, compare
 from harness.perf.workloads import Samples, Workload, merge
+from harness.system.load import load_per_cpu
 
-__all__ = ["ABResult", "run_ab"]
+__all__ = ["BUSY_LOAD", "ABResult", "run_ab"]
+
+#: Load per CPU above which an A/B run says the machine was busy.
+BUSY_LOAD = 1.0
 
 
 @dataclass
@@ -32,6 +36,9 @@ class ABResult:
     verdicts: dict[str, Verdict]
     #: The metric the gate judges.
     gate: str
+    #: The machine's load per CPU (1-minute average) when the run ended: above
+    #: BUSY_LOAD, other work shared the cores, and the rounds' scatter may hide a change.
+    load_per_cpu: float = 0.0
 
     @property
     def b_is_slower(self) -> bool:
@@ -42,6 +49,13 @@ class ABResult:
         for metric, v in self.verdicts.items():
             mark = "  <- gate" if metric == self.gate else ""
             out.append(f"  {v.decision:>9}  {v.message}{mark}")
+        if self.load_per_cpu > BUSY_LOAD and self.verdicts[self.gate].decision == NO_CHANGE:
+            # CI once judged a call 1 ms late "no change" (interval -16 % to +69 %)
+            # beside four other jobs: say so, rather than let it read as a clean bill.
+            out.append(
+                f"  the machine was busy (load {self.load_per_cpu:.1f} per CPU): other work shared the cores, "
+                "so 'no change' may hide a change; measure on a quiet machine"
+            )
         return out
 
 
@@ -111,4 +125,4 @@ def run_ab(
             f"gate metric {gate!r} has {len(judged[la].get(gate, []))} samples per side: "
             f"too few to judge (at least {MIN_SAMPLES}); run more rounds"
         )
-    return ABResult(w.name, world_size, a.text, b.text, samples, verdicts, gate)
+    return ABResult(w.name, world_size, a.text, b.text, samples, verdicts, gate, load_per_cpu())

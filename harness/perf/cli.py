@@ -144,6 +144,7 @@ def _ab(args: argparse.Namespace, out: Callable[[str], None]) -> int:
                     "world_size": ws,
                     "gate": result.gate,
                     "verdicts": {m: v.to_dict() for m, v in result.verdicts.items()},
+                    "load_per_cpu": round(result.load_per_cpu, 2),
                 }
             )
     if args.plot:

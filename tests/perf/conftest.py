@@ -1,4 +1,5 @@
-"""The perf tier's two forms: the quick one runs with every other test; the
+"""The perf tier's two forms: the quick one runs in a plain ``pytest`` and in
+``make test-perf`` (make test's last step, alone: it times calls); the
 full one (``perf_full``: many A/B runs, minutes) only where ``-m`` names
 ``perf`` (``pytest -m perf``, ``pytest -m "gpu and perf"``)."""
 

@@ -7,8 +7,12 @@
   thread sleeps on. Idle, the thread blocks on its queue: an idle-CPU check
   (C19) sees nothing, and every result is right; only time shows it.
 - ``delayed``: every call returns ``HARNESS_PERF_DELAY_S`` seconds late (a busy
-  wait on the caller's thread, exact at microseconds), for the smallest
-  slowdown the A/B mode detects. Set it per side: ``...:delayed@env.HARNESS_PERF_DELAY_S=0.0001``.
+  wait on the caller's thread after the reply, exact at microseconds), for the
+  smallest slowdown the A/B mode detects. A ``non_block`` call's future pays it
+  in ``result()``, after the reply: paid at submission, it overlapped the
+  workers' step (the engine step submits, then schedules), and a 1 ms delay on
+  a 2.2 ms step read +9 %, not flagged. Set it per side:
+  ``...:delayed@env.HARNESS_PERF_DELAY_S=0.0001``.
 """
 
 from __future__ import annotations
@@ -89,10 +93,39 @@ class Delayed(_Wrapper):
 
     def collective_rpc(self, *a: Any, **kw: Any) -> Any:
         out = super().collective_rpc(*a, **kw)
-        end = time.perf_counter() + self.delay_s
-        while time.perf_counter() < end:
-            pass
+        if isinstance(out, concurrent.futures.Future):
+            return _LateFuture(out, self.delay_s)
+        _spin(self.delay_s)
         return out
+
+
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+class _LateFuture(concurrent.futures.Future[Any]):
+    """The inner future's outcome, ``delay_s`` after the caller's ``result()`` got it."""
+
+    def __init__(self, inner: concurrent.futures.Future[Any], delay_s: float) -> None:
+        super().__init__()
+        self._inner = inner
+        self._delay_s = delay_s
+
+    def result(self, timeout: float | None = None) -> Any:
+        if not self.done():
+            try:
+                value = self._inner.result(timeout)
+            except concurrent.futures.TimeoutError:
+                raise
+            except BaseException as exc:  # noqa: BLE001 - the call's own error, as late as a value
+                _spin(self._delay_s)
+                self.set_exception(exc)
+            else:
+                _spin(self._delay_s)
+                self.set_result(value)
+        return super().result(0)
 
 
 def spinning_reply_thread(config: ExecutorConfig) -> SpinningReplyThread:

@@ -1,5 +1,5 @@
 """make test's side jobs run their tests by file (test-chaos, test-browser,
-test-nodes): every test marked chaos, browser or nodes must live in the files
+test-nodes, test-perf): every test marked chaos, browser, nodes or perf must live in the files
 the Makefile names, or make test would run it nowhere (test-core leaves these
 markers out)."""
 
@@ -18,7 +18,13 @@ def named(variable: str) -> list[Path]:
 
 
 def test_every_test_marked_for_a_side_job_is_in_the_files_its_make_target_runs() -> None:
-    for marker, variable in (("chaos", "CHAOS_TESTS"), ("browser", "BROWSER_TESTS"), ("nodes", "NODES_META_TESTS")):
+    side_jobs = (
+        ("chaos", "CHAOS_TESTS"),
+        ("browser", "BROWSER_TESTS"),
+        ("nodes", "NODES_META_TESTS"),
+        ("perf", "PERF_TESTS"),
+    )
+    for marker, variable in side_jobs:
         paths = named(variable)
         assert all(p.exists() for p in paths), paths
         marked = {f for f in (ROOT / "tests").rglob("test_*.py") if f"pytest.mark.{marker}" in f.read_text()}

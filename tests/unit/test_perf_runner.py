@@ -201,6 +201,22 @@ def test_an_ab_run_starts_both_sides_afresh_each_round_and_judges_the_rounds() -
     assert same.verdicts["step"].decision == NO_CHANGE, same.verdicts["step"].message
 
 
+def test_an_ab_run_on_a_busy_machine_says_a_no_change_may_hide_a_change() -> None:
+    from harness.perf import ab
+    from harness.perf.stats import compare
+
+    def result(b: list[float], load: float) -> ab.ABResult:
+        verdict = compare([1.0, 1.01, 0.99, 1.0, 1.02, 0.98], b, "step", "A side: a")
+        return ab.ABResult("engine-step", 1, "a", "b", {}, {"step": verdict}, "step", load)
+
+    same = [1.0, 1.01, 0.99, 1.0, 1.02, 0.98]
+    busy = "\n".join(result(same, 5.3).lines())
+    assert "the machine was busy (load 5.3 per CPU)" in busy and "'no change' may hide a change" in busy
+    assert "busy" not in "\n".join(result(same, 0.4).lines())
+    # A change found is a finding on any machine: no caveat.
+    assert "busy" not in "\n".join(result([2.0, 2.02, 1.98, 2.0, 2.04, 1.96], 5.3).lines())
+
+
 def test_an_ab_run_with_too_few_rounds_says_so() -> None:
     from harness.perf.ab import run_ab
 
