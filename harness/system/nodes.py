@@ -55,11 +55,13 @@ from harness.system.parent_death import signal_on_parent_death
 
 __all__ = [
     "NODE_HOSTNAME",
+    "NODE_PRIVATE",
     "NODE_SUBNET",
     "WORLD_HOSTNAME",
     "Node",
     "Nodes",
     "cut_machine",
+    "hidden_from_nodes",
     "kill_machine",
     "machine_processes",
     "unavailable_reason",
@@ -72,6 +74,9 @@ NODE_SUBNET = ipaddress.ip_network("10.213.0.0/24")
 NODE_HOSTNAME = "harness-node-"
 #: The world's host name.
 WORLD_HOSTNAME = "harness-world"
+#: What each node has of its own (a tmpfs each), as a separate machine does: the
+#: host's files there are out of a node's sight.
+NODE_PRIVATE = ("/tmp", "/dev/shm")
 #: The world's own address on the bridge (where the caller runs).
 _WORLD_HOST = 254
 _REAPED_S = 10.0
@@ -99,7 +104,32 @@ def unavailable_reason() -> str | None:
     missing = [tool for tool in _TOOLS if shutil.which(tool) is None]
     if missing:
         return f"needs {', '.join(missing)} (iproute2, util-linux) for network namespaces"
+    hidden = hidden_from_nodes()
+    if hidden:
+        return (
+            f"a simulated node has its own {' and '.join(NODE_PRIVATE)}, as a separate machine does, and cannot see "
+            + "; ".join(hidden)
+            + f": run from a checkout and virtual environment outside {' and '.join(NODE_PRIVATE)}"
+        )
     return None
+
+
+def hidden_from_nodes() -> list[str]:
+    """What a node's processes need of the host's files but cannot see, each named
+    with where it came from: this Python (a node's init and Ray's workers run it),
+    the folder harness is imported from, and PYTHONPATH's entries. A checkout
+    under ``/tmp`` is the usual case (before, a node failed to start with
+    "exec: ...python: not found")."""
+    needed = [("this Python (sys.executable)", sys.executable)]
+    needed.append(("the folder harness is imported from", os.path.dirname(os.path.dirname(os.path.dirname(__file__)))))
+    needed += [("PYTHONPATH's entry", p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return [f"{what} {path}" for what, path in needed if _in_node_private(path)]
+
+
+def _in_node_private(path: str) -> bool:
+    """Whether ``path`` (as given, or with its links resolved) lies in a folder each node has of its own."""
+    forms = {os.path.abspath(path), os.path.realpath(path)}
+    return any(p == d or p.startswith(d + "/") for p in forms for d in NODE_PRIVATE)
 
 
 def _dies_with_parent() -> None:

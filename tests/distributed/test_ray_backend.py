@@ -186,13 +186,16 @@ def test_an_actor_killed_through_ray_fails_pending_and_later_calls(cluster: str)
     import ray
 
     from harness.executors.ray import create
+    from harness.executors.ray.executor import _Group as _RayGroup
 
     calls: list[int] = []
     with create(ExecutorConfig(2)) as ex:
         ex.register_failure_callback(lambda: calls.append(1))
         pending = ex.collective_rpc(probes.sleep, args=(60.0,), non_block=True)
         time.sleep(0.3)
-        ray.kill(ex._group.actors[1])  # as an operator or Ray itself would
+        group = ex._group
+        assert isinstance(group, _RayGroup), type(group)
+        ray.kill(group.actors[1])  # as an operator or Ray itself would
         start = time.monotonic()
         with pytest.raises(WorkerDiedError) as info:
             pending.result(timeout=30)
@@ -219,7 +222,9 @@ def test_a_death_with_no_call_in_flight_runs_the_callbacks(cluster: str) -> None
 
     with create(ExecutorConfig(2)) as ex:
         ex.register_failure_callback(on_failure)
-        os.kill(ex.worker_pids[0], signal.SIGKILL)
+        pid = ex.worker_pids[0]
+        assert pid is not None, "rank 0's actor runs on this host: its pid is in sight"
+        os.kill(pid, signal.SIGKILL)
         assert done.wait(10), "no failure callback within 10 s of an idle actor's death"
         with pytest.raises(WorkerDiedError):
             ex.check_health()
