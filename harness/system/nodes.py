@@ -116,13 +116,14 @@ def unavailable_reason() -> str | None:
 
 def hidden_from_nodes() -> list[str]:
     """What a node's processes need of the host's files but cannot see, each named
-    with where it came from: this Python (a node's init and Ray's workers run it),
-    the folder harness is imported from, and PYTHONPATH's entries. A checkout
-    under ``/tmp`` is the usual case (before, a node failed to start with
-    "exec: ...python: not found")."""
+    with where it came from: this Python (a node's init and Ray's workers run it)
+    and the folder harness is imported from (Ray's workers import the executor's
+    actors from it). A checkout under ``/tmp`` is the usual case (before, a node
+    failed to start with "exec: ...python: not found"). PYTHONPATH's entries are
+    not judged: a driver runs in the world, which has the host's ``/tmp``, and a
+    module only it imports (a test's generated backend) need not be on a node."""
     needed = [("this Python (sys.executable)", sys.executable)]
     needed.append(("the folder harness is imported from", os.path.dirname(os.path.dirname(os.path.dirname(__file__)))))
-    needed += [("PYTHONPATH's entry", p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     return [f"{what} {path}" for what, path in needed if _in_node_private(path)]
 
 

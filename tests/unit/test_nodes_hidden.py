@@ -1,6 +1,6 @@
-"""A simulated node has its own /tmp and /dev/shm: a Python, a harness or a
-PYTHONPATH entry there is out of its sight, and the reason nodes cannot run
-names it, where a node used to fail to start with "exec: ...python: not found"."""
+"""A simulated node has its own /tmp and /dev/shm: a Python or a harness there
+is out of its sight, and the reason nodes cannot run names it, where a node
+used to fail to start with "exec: ...python: not found"."""
 
 from __future__ import annotations
 
@@ -14,15 +14,18 @@ from harness.system import nodes
 
 def test_a_python_under_tmp_is_named_with_where_it_came_from(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "executable", "/tmp/checkout/.venv/bin/python")
-    monkeypatch.delenv("PYTHONPATH", raising=False)
     assert nodes.hidden_from_nodes() == ["this Python (sys.executable) /tmp/checkout/.venv/bin/python"]
 
 
-def test_pythonpath_entries_in_dev_shm_are_named_and_others_are_not(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["/dev/shm/mine", "/work/ok", "/tmpfoo"]))
-    hidden = nodes.hidden_from_nodes()
-    assert "PYTHONPATH's entry /dev/shm/mine" in hidden
-    assert not any("/work/ok" in h or "/tmpfoo" in h for h in hidden), hidden
+def test_a_harness_imported_from_dev_shm_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(nodes, "__file__", "/dev/shm/ck/harness/system/nodes.py")
+    assert nodes.hidden_from_nodes() == ["the folder harness is imported from /dev/shm/ck"]
+
+
+def test_a_pythonpath_entry_under_tmp_is_no_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    # pytester's subprocess runs put their own folder there: a driver's module, in the world.
+    monkeypatch.setenv("PYTHONPATH", "/tmp/pytest-of-root/pytest-0/test_x0")
+    assert nodes.hidden_from_nodes() == []
 
 
 def test_a_link_that_leads_under_tmp_is_hidden_too(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -30,7 +33,6 @@ def test_a_link_that_leads_under_tmp_is_hidden_too(monkeypatch: pytest.MonkeyPat
     real = os.path.realpath
     monkeypatch.setattr(os.path, "realpath", lambda p, **kw: resolved.get(p) or real(p, **kw))
     monkeypatch.setattr(sys, "executable", "/opt/venv/bin/python")
-    monkeypatch.delenv("PYTHONPATH", raising=False)
     assert nodes.hidden_from_nodes() == ["this Python (sys.executable) /opt/venv/bin/python"]
 
 
