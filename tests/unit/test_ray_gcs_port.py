@@ -31,6 +31,6 @@ def test_a_start_whose_raylet_was_too_slow_for_rays_own_wait_is_tried_again_and_
 
 def test_the_keepers_start_up_bound_stretches_on_a_loaded_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cluster, "start_up_scale", lambda: 6.0)
-    assert cluster._start_bound() == 6 * cluster._START_S
+    assert cluster.ray_start_bound() == 6 * cluster._START_S
     monkeypatch.setattr(cluster, "start_up_scale", lambda: 1.0)
-    assert cluster._start_bound() == cluster._START_S
+    assert cluster.ray_start_bound() == cluster._START_S

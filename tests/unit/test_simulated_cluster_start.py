@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from harness.executors.ray import cluster as ray_cluster
 from harness.executors.ray import simulated_cluster
 from harness.executors.ray.simulated_cluster import SimulatedCluster
 
@@ -84,7 +85,7 @@ def test_other_failures_a_running_start_and_spent_tries_or_time_are_not_tried_ag
 
 def test_the_start_bound_stretches_on_a_loaded_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     deadlines: list[float] = []
-    monkeypatch.setattr(simulated_cluster, "start_up_scale", lambda: 6.0)
+    monkeypatch.setattr(ray_cluster, "start_up_scale", lambda: 6.0)
     monkeypatch.setattr(simulated_cluster, "Nodes", lambda count: _Nodes())
     monkeypatch.setattr(SimulatedCluster, "_ray_start", lambda self, node, role: None)
     monkeypatch.setattr(SimulatedCluster, "_ready", lambda self, nodes, deadline: deadlines.append(deadline))

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from harness.system.load import start_up_scale
 
-__all__ = ["LocalCluster", "start_too_slow_for_ray"]
+__all__ = ["LocalCluster", "ray_start_bound", "start_too_slow_for_ray"]
 
 _START_S = 120.0
 _TOKEN_FILE = "auth_token"
@@ -77,9 +77,9 @@ class LocalCluster:
     @classmethod
     def start(cls, num_cpus: int, num_gpus: int | None = None, timeout_s: float | None = None) -> LocalCluster:
         """Start a cluster with ``num_cpus`` logical CPUs; its node on loopback.
-        ``timeout_s``: by default the keeper's own bound (:func:`_start_bound`, read
+        ``timeout_s``: by default the keeper's own bound (:func:`ray_start_bound`, read
         once here and handed to it) and a margin."""
-        start_s = _start_bound()
+        start_s = ray_start_bound()
         if timeout_s is None:
             timeout_s = start_s + 30
         death_r, death_w = os.pipe()
@@ -200,9 +200,9 @@ def start_too_slow_for_ray(log_text: str) -> bool:
     return any(words in log_text for words in _SLOW_START)
 
 
-def _start_bound() -> float:
-    """How long the keeper tries to start a cluster: 120 s, stretched on a
-    loaded machine as every start-up bound of the suite is."""
+def ray_start_bound() -> float:
+    """How long the keeper (and a simulated cluster) tries to start a cluster:
+    120 s, stretched on a loaded machine as every start-up bound of the suite is."""
     return _START_S * start_up_scale()
 
 
@@ -285,7 +285,7 @@ def _start_head(
 
 
 def _keep(death_fd: int, num_cpus: str, num_gpus: str, start_s: float | None = None) -> None:
-    """Start the cluster within ``start_s`` (default :func:`_start_bound`), then keep it until told."""
+    """Start the cluster within ``start_s`` (default :func:`ray_start_bound`), then keep it until told."""
     # A keeper told to stop (SIGTERM, say by a process manager) stops its cluster first.
     signal.signal(signal.SIGTERM, _terminated)
     # Short: Ray puts unix sockets under it, whose paths may not exceed 107 bytes.
@@ -311,7 +311,7 @@ def _keep(death_fd: int, num_cpus: str, num_gpus: str, start_s: float | None = N
     os.environ["TMPDIR"] = temp_dir
     try:
         _write_token(os.path.join(temp_dir, _TOKEN_FILE))
-        started = _start_head(cmd, temp_dir, _candidate_ports(), _start_bound() if start_s is None else start_s)
+        started = _start_head(cmd, temp_dir, _candidate_ports(), ray_start_bound() if start_s is None else start_s)
         if isinstance(started, str):
             print(f"failed {started}", flush=True)
             return

@@ -36,13 +36,11 @@ from dataclasses import dataclass, field
 from subprocess import DEVNULL, CompletedProcess, Popen
 from typing import Any
 
-from harness.executors.ray.cluster import start_too_slow_for_ray
-from harness.system.load import start_up_scale
+from harness.executors.ray.cluster import ray_start_bound, start_too_slow_for_ray
 from harness.system.nodes import Nodes, kill_machine
 
 __all__ = ["SimulatedCluster"]
 
-_START_S = 120.0
 #: Starts of one machine's Ray, the first included, while Ray's own 30 s wait
 #: for its raylet runs out on a loaded machine.
 _START_TRIES = 4
@@ -86,7 +84,7 @@ class SimulatedCluster:
             raise ValueError(f"SimulatedCluster: cpus_per_node must be >= 1, got {cpus_per_node!r}")
         cluster = cls(Nodes(nodes), cpus_per_node)
         try:
-            deadline = time.monotonic() + (timeout_s if timeout_s is not None else _START_S * start_up_scale())
+            deadline = time.monotonic() + (timeout_s if timeout_s is not None else ray_start_bound())
             cluster._ray_start(None, ["--head", "--include-dashboard=false", f"--port={_GCS_PORT}"])
             cluster._ready([None], deadline)
             for node in range(nodes):
@@ -202,7 +200,7 @@ class SimulatedCluster:
         processes killed (Ray has marked the node dead), Ray started on it again.
         What was healed, in words (empty: nothing was wrong)."""
         healed: dict[int, str] = {}
-        deadline = time.monotonic() + (timeout_s if timeout_s is not None else _START_S * start_up_scale())
+        deadline = time.monotonic() + (timeout_s if timeout_s is not None else ray_start_bound())
         for node in range(len(self.nodes.nodes)):
             cut = not self.nodes.connected(node)
             stopped = self._start_of(node).poll() is not None
