@@ -60,6 +60,7 @@ BUILTIN_BACKENDS: Mapping[str, tuple[str, str]] = {
     "uni": ("harness.executors.uniproc:create", ""),
     "mp": ("harness.executors.mp:create", ""),
     "ray": ("harness.executors.ray:create", f"pip install '{DISTRIBUTION}[ray]'"),
+    "ray-actors": ("harness.executors.ray:create_actors", f"pip install '{DISTRIBUTION}[ray]'"),
     "vllm-mp": ("harness.executors.vllm:create_mp", _VLLM_HINT),
     "vllm-uni": ("harness.executors.vllm:create_uni", _VLLM_HINT),
     "vllm-ray": ("harness.executors.vllm:create_ray", _VLLM_HINT),

@@ -18,6 +18,7 @@ spins while no call is pending shows.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -59,7 +60,7 @@ class LatencyResult:
             if self.session_startup_s is not None:
                 lifecycle += f" (start-up with its session running: {self.session_startup_s:.2f} s)"
         return (
-            f"{self.name:<8} ws={self.world_size}  median {self.median_us:8.1f} us   "
+            f"{self.name:<10} ws={self.world_size}  median {self.median_us:8.1f} us   "
             f"p90 {self.p90_us:8.1f} us   (n={self.samples}){lifecycle}"
         )
 
@@ -218,8 +219,9 @@ class IdleCPU:
     """Percent of one core used while an executor sat idle."""
 
     caller: float
-    #: The processes the executor started, together (its workers, for most
-    #: backends): the caller's descendants that were not there before it.
+    #: The processes the executor started, together: its workers by pid where
+    #: the executor names them (``worker_pids``), else the caller's descendants
+    #: that were not there before it.
     descendants: float
     n_descendants: int
 
@@ -237,7 +239,7 @@ def idle_cpu(backend: str, world_size: int, seconds: float) -> IdleCPU:
     with loaded.factory(side.config(world_size)) as ex:
         ex.collective_rpc(probes.noop)
         time.sleep(0.2)  # past any spin after the call (mp's workers: 10 ms)
-        procs = [p for p in me.children(recursive=True) if p.pid not in already]
+        procs = _executor_processes(ex, me, already)
         before = _cpu_seconds(procs)
         t0 = time.monotonic()
         c0 = time.process_time()
@@ -246,6 +248,23 @@ def idle_cpu(backend: str, world_size: int, seconds: float) -> IdleCPU:
         workers = _cpu_seconds(procs) - before
         elapsed = time.monotonic() - t0
         return IdleCPU(100.0 * used / elapsed, 100.0 * workers / elapsed, len(procs))
+
+
+def _executor_processes(ex: Any, me: Any, already: set[int]) -> list[Any]:
+    """The processes an executor started: its workers by pid where it names them
+    (a Ray actor is a child of Ray's raylet, beside Ray's own servers, which are
+    not the executor's), else the caller's descendants that were not there before."""
+    import psutil
+
+    pids = getattr(ex, "worker_pids", None)
+    if pids and all(isinstance(pid, int) for pid in pids):
+        found = []
+        for pid in pids:
+            with contextlib.suppress(psutil.Error):
+                found.append(psutil.Process(pid))
+        if found:
+            return found
+    return [p for p in me.children(recursive=True) if p.pid not in already]
 
 
 def _cpu_seconds(procs: list[Any]) -> float:
@@ -278,19 +297,27 @@ def run(
         results += [floor, naive]
         out(floor.line())
         out(naive.line())
+        # The first backend is the yardstick of the others (mp,ray: ray as a multiple of mp).
+        first: LatencyResult | None = None
         for b in backends:
             r = measure_backend(b, ws, iters, warmup)
             results.append(r)
-            ratio = {
+            ratio: dict[str, Any] = {
                 "backend": b,
                 "world_size": ws,
                 "speedup_vs_naive": naive.median_us / r.median_us,
                 "ratio_to_floor": r.median_us / floor.median_us,
             }
+            against = ""
+            if first is None:
+                first = r
+            else:
+                ratio["ratio_to_first"] = r.median_us / first.median_us
+                against = f", {ratio['ratio_to_first']:.1f}x {first.name}"
             ratios.append(ratio)
             out(
                 r.line() + f"   {ratio['speedup_vs_naive']:.2f}x faster than naive, "
-                f"{ratio['ratio_to_floor']:.1f}x the floor"
+                f"{ratio['ratio_to_floor']:.1f}x the floor{against}"
             )
     idle = {}
     for b in backends:
@@ -298,7 +325,7 @@ def run(
         idle[b] = asdict(found)
         out(
             f"idle CPU ({b}, ws={max(world_sizes)}, {idle_s:g} s): caller {found.caller:.2f} % of one core, "
-            f"its {found.n_descendants} descendant processes {found.descendants:.2f} %"
+            f"its {found.n_descendants} worker processes {found.descendants:.2f} %"
         )
     return {
         "results": [asdict(r) for r in results],

@@ -46,6 +46,7 @@ from harness.contract import CLAUSES, Executor, ExecutorConfig
 from harness.pytest_plugin import residue as _residue
 from harness.pytest_plugin.expected import known_failure_key, leak_key, mark_known_failures
 from harness.pytest_plugin.isolation import (
+    SHARED_SHM_KEY,
     WORLD_KEY,
     IsolatedTest,
     prepare_parent,
@@ -99,23 +100,25 @@ class _Sessions:
 
     def __init__(self) -> None:
         self._stack = contextlib.ExitStack()
-        self._env: dict[str, Mapping[str, str] | BaseException] = {}
+        self._env: dict[Callable[[], Any], Mapping[str, str] | BaseException] = {}
         self._clusters: dict[int, SimulatedCluster | BaseException] = {}
         self._owner = os.getpid()
 
     def ensure(self, backend: LoadedBackend) -> None:
-        if backend.session is None or backend.name in self._env or os.getpid() != self._owner:
+        # Keyed by the session itself: backends that share one (ray, ray-actors) share its cluster.
+        session = backend.session
+        if session is None or session in self._env or os.getpid() != self._owner:
             return
         try:
-            env = self._stack.enter_context(backend.session())
-            self._env[backend.name] = dict(env or {})
+            env = self._stack.enter_context(session())
+            self._env[session] = dict(env or {})
         except Exception as exc:  # noqa: BLE001 - its tests fail with it; the run goes on
-            self._env[backend.name] = exc
+            self._env[session] = exc
 
     def env(self, backend: LoadedBackend) -> Mapping[str, str]:
         """The environment for a test of ``backend``; fails the test if its session did not start."""
         self.ensure(backend)
-        env = self._env.get(backend.name, {})
+        env = self._env.get(backend.session, {}) if backend.session is not None else {}
         if isinstance(env, BaseException):
             pytest.fail(f"backend {backend.name!r}: its run-wide session could not start: {env}", pytrace=False)
         return env
@@ -640,6 +643,11 @@ def _reported_before_fork(item: pytest.Item) -> bool:
             item.stash[WORLD_KEY] = world
     else:
         sessions.ensure(variant.backend)
+        if variant.backend.session is not None:
+            item.stash[SHARED_SHM_KEY] = (
+                f"backend {variant.backend.name!r} runs its workers in its run-wide session's processes, "
+                "outside the test, which meet the caller in the machine's /dev/shm"
+            )
     failed = item.config.stash[collector_key].factory_failures.get(variant.id)
     if failed is None:
         return False

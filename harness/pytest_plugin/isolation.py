@@ -38,6 +38,7 @@ from harness.system.world import enter as enter_world
 __all__ = [
     "LOAD_PROPERTY",
     "REMOVED_PROPERTY",
+    "SHARED_SHM_KEY",
     "WORLD_KEY",
     "IsolatedTest",
     "prepare_parent",
@@ -53,6 +54,12 @@ LOAD_PROPERTY = "harness_load"
 #: On an item whose test runs as a driver of simulated nodes: the host pid of
 #: their world's init, whose namespaces the test process joins (harness.system.world).
 WORLD_KEY = pytest.StashKey[int]()
+#: On an item whose backend's workers run in processes started before the test
+#: (a run-wide session, as a Ray cluster: its actors are children of its raylet)
+#: and meet the caller in /dev/shm by name (a Ray compiled graph's semaphores):
+#: why the test keeps the machine's /dev/shm, its leftovers told by a diff. A
+#: private one would hide from the caller what the session's processes create.
+SHARED_SHM_KEY = pytest.StashKey[str]()
 
 #: What the pytest process imports once, before the first test process forks,
 #: so that no test process pays for it again (torch: about a second each).
@@ -202,7 +209,13 @@ class IsolatedTest:
             tempfile.tempdir = self._test_tmp
             os.environ["TMPDIR"] = self._test_tmp
             keep = bool(self.item.config.getoption("harness_keep_leftovers", False))
-            why_shared = "kept for debugging (--harness-keep-leftovers)" if keep else leftovers.enter_private_shm(carry)
+            shared = self.item.stash.get(SHARED_SHM_KEY, None)
+            if keep:
+                why_shared: str | None = "kept for debugging (--harness-keep-leftovers)"
+            elif shared is not None:
+                why_shared = shared
+            else:
+                why_shared = leftovers.enter_private_shm(carry)
             shm_before = None if why_shared is None else leaks.shm_segments(include_semaphores=True)
             os.environ[STACKS_DIR_ENV] = self._stacks_dir  # workers of the built-in backends dump there too
             register_stacks(self._stacks_dir)  # the parent asks with SIGUSR1 before it kills us

@@ -95,7 +95,7 @@ def residue_since(before: leaks.Snapshot) -> Residue | None:
     return Residue(
         *(
             tuple(sorted(map(shape, new)))
-            for new in (names, segments, now.semaphores - before.semaphores, now.temp - before.temp)
+            for new in (names, segments, leaks.new_named_semaphores(before, now), now.temp - before.temp)
         )
     )
 

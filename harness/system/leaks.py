@@ -405,6 +405,14 @@ def new_segments(before: Snapshot, after: Snapshot) -> set[str]:
     return {name for name in after.shm - before.shm if not mapped_outside(name, ours)}
 
 
+def new_named_semaphores(before: Snapshot, after: Snapshot) -> set[str]:
+    """Named semaphores in ``after`` that ``before`` did not have, less those
+    another process still maps: in a ``/dev/shm`` the test shares (a backend with
+    a run-wide session), a live one is another test's, beside this one."""
+    ours = {os.getpid()} | before.children | after.children
+    return {name for name in after.semaphores - before.semaphores if not mapped_outside(name, ours)}
+
+
 def diff(before: Snapshot, after: Snapshot, fd_slack: int | None = 0) -> list[str]:
     """What ``after`` holds that ``before`` did not, worded for a failure message.
     ``fd_slack=None`` leaves descriptors out (see ``wait_clean``)."""
@@ -421,7 +429,7 @@ def diff(before: Snapshot, after: Snapshot, fd_slack: int | None = 0) -> list[st
     new_listening = after.listening - before.listening
     if new_listening:
         problems.append(f"listening sockets left: {sorted(new_listening)}")
-    new_semaphores = after.semaphores - before.semaphores
+    new_semaphores = new_named_semaphores(before, after)
     if new_semaphores:
         problems.append(f"named semaphores left: {sorted(new_semaphores)}")
     new_temp = after.temp - before.temp

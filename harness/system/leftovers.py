@@ -22,6 +22,7 @@ import contextlib
 import ctypes
 import os
 import shutil
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,8 @@ from harness.system.leaks import PYTEST_TMP_PREFIX, SEMAPHORE_PREFIX, SHM_DIR
 __all__ = ["Leftovers", "enter_private_shm", "is_semaphore", "remove", "what_was_left"]
 
 _CLONE_NEWNS = 0x00020000
+#: How long a shared /dev/shm's new, unmapped entries must stay so to count as a test's.
+_SETTLE_S = 2.0
 _MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_REC, _MS_PRIVATE = 2, 4, 4096, 1 << 14, 1 << 18
 
 
@@ -120,7 +123,15 @@ def what_was_left(
         left.files = sorted(n for n in os.listdir(tmp_dir) if not n.startswith(PYTEST_TMP_PREFIX))
     names = leaks.shm_segments(include_semaphores=True) - set(carried)
     if shm_before is not None:
-        names = {n for n in names - shm_before if not leaks.mapped_outside(n, ours or {os.getpid()})}
+        ours = ours or {os.getpid()}
+        names = {n for n in names - shm_before if not leaks.mapped_outside(n, ours)}
+        if names:
+            # A test beside this one may have just made them and not yet opened
+            # them (a raylet makes a graph's semaphores, its processes open them
+            # after): what is still there, still unmapped, a moment later is ours.
+            time.sleep(_SETTLE_S)
+            now = leaks.shm_segments(include_semaphores=True)
+            names = {n for n in names & now if not leaks.mapped_outside(n, ours)}
     for name in sorted(names):
         if is_semaphore(name):
             left.semaphores.append(name)

@@ -128,7 +128,7 @@ def test_builtin_backends_are_available() -> None:
     names = available_backends()
     assert {"uni", "mp"} <= set(names)
     assert names == sorted(names)
-    assert set(BUILTIN_BACKENDS) == {"uni", "mp", "ray", "vllm-mp", "vllm-uni", "vllm-ray"}
+    assert set(BUILTIN_BACKENDS) == {"uni", "mp", "ray", "ray-actors", "vllm-mp", "vllm-uni", "vllm-ray"}
 
 
 @pytest.mark.parametrize("name", ["vllm-mp", "vllm-uni", "vllm-ray"])
@@ -151,17 +151,25 @@ def test_ray_without_ray_installed_is_unavailable_with_the_install_command(monke
     assert "backend 'ray' is not available" in str(info.value)
 
 
-def test_loading_ray_does_not_import_ray() -> None:
+@pytest.mark.parametrize("name", ["ray", "ray-actors"])
+def test_loading_ray_does_not_import_ray(name: str) -> None:
     # Ray reads its settings from the environment when imported: a test process
     # must get the run's cluster environment first, so loading stays import-free.
     if importlib.util.find_spec("ray") is None:
         pytest.skip("ray is not installed")
     code = (
-        "import sys; from harness.backends import load_backend; b = load_backend('ray'); "
+        f"import sys; from harness.backends import load_backend; b = load_backend({name!r}); "
         "print('ray' in sys.modules, sorted(b.unsupported), b.start_methods, b.session is not None)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.split() == ["False", "['C23']", "('spawn',)", "True"], out.stdout + out.stderr
+
+
+def test_both_ray_backends_share_one_run_wide_cluster() -> None:
+    # Two clusters in one run would double Ray's own processes on a small machine.
+    if importlib.util.find_spec("ray") is None:
+        pytest.skip("ray is not installed")
+    assert load_backend("ray").session is load_backend("ray-actors").session
 
 
 def test_session_must_be_callable(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -255,7 +263,7 @@ def test_unknown_name_lists_the_known_backends(no_entry_points: None) -> None:
     with pytest.raises(ValueError, match="nosuchbackend") as info:
         load_backend("nosuchbackend")
     msg = str(info.value)
-    assert "mp, ray, uni" in msg
+    assert "mp, ray, ray-actors, uni" in msg
     assert "module:attr" in msg
 
 
@@ -278,7 +286,7 @@ def test_entry_point_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
     assert b.factory is factory
     assert dict(b.unsupported) == {"C16": "no model"}
     assert b.world_sizes == (2, 4)
-    with pytest.raises(ValueError, match="mp, ray, thirdparty, uni"):
+    with pytest.raises(ValueError, match="mp, ray, ray-actors, thirdparty, uni"):
         load_backend("other")
 
 

@@ -204,3 +204,13 @@ def test_a_watched_nodes_dev_shm_is_listed_under_its_name_and_reached_through_it
         leaks.watch_nodes({})
         os.unlink(path)
     assert f"node 1:{name}" not in leaks.shm_segments()
+
+
+def test_a_new_semaphore_another_process_maps_is_not_this_tests_leak(monkeypatch: pytest.MonkeyPatch) -> None:
+    # In a /dev/shm shared with tests beside this one (a backend with a run-wide
+    # session), a live semaphore is theirs; one nobody maps any more is a leak.
+    monkeypatch.setattr(leaks, "mapped_outside", lambda name, ours: name == "sem.theirs")
+    before, after = leaks.Snapshot(), leaks.Snapshot(semaphores={"sem.theirs", "sem.left"})
+    assert leaks.new_named_semaphores(before, after) == {"sem.left"}
+    problems = leaks.diff(before, after, fd_slack=None)
+    assert problems == ["named semaphores left: ['sem.left']"], problems

@@ -289,6 +289,8 @@ class _Group:
     #: The actors' and placement group's Ray lifetime: None, they go with this
     #: driver (Ray kills them when it dies: C13); "detached" would outlive it.
     lifetime: str | None = None
+    #: The rank actors' Ray class (``ray.graph`` gives its own, with the graph's methods).
+    actor_class: Any = None
 
     def __init__(self, config: ExecutorConfig, address: str | None) -> None:
         self.config = config
@@ -338,16 +340,20 @@ class _Group:
             )
         env = dict(cfg.env)
         for rank in range(cfg.world_size):
-            actor = _RemoteRankActor.options(  # type: ignore[attr-defined]
-                num_cpus=0 if gpu else 1,
-                num_gpus=1 if gpu else 0,
-                max_restarts=0,
-                name=None,
-                lifetime=self.lifetime,
-                scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    placement_group=self.pg, placement_group_bundle_index=rank // per_bundle
-                ),
-            ).remote(rank, cfg.world_size, cfg.device, env)
+            actor = (
+                (self.actor_class or _RemoteRankActor)
+                .options(  # type: ignore[attr-defined]
+                    num_cpus=0 if gpu else 1,
+                    num_gpus=1 if gpu else 0,
+                    max_restarts=0,
+                    name=None,
+                    lifetime=self.lifetime,
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(
+                        placement_group=self.pg, placement_group_bundle_index=rank // per_bundle
+                    ),
+                )
+                .remote(rank, cfg.world_size, cfg.device, env)
+            )
             self.actors.append(actor)
             self.actor_ids.append(actor._actor_id.hex())  # type: ignore[union-attr]
         here = ray.get_runtime_context().get_node_id()

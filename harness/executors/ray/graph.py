@@ -1,0 +1,337 @@
+"""The `ray` backend's executor: the rank actors of `ray-actors`, driven through
+a Ray Compiled Graph, as vLLM's Ray executor drives its workers.
+
+Data flow::
+
+    caller thread ─ collective_rpc ─► pickle the call once ─► backlog (FIFO, in the caller)
+         ▲                                   │ one execution at a time: the next call is written
+         │                                   ▼ once the previous one's output has been read
+         │      graph input channel (shared memory): call id + body, a body over 64 KiB by
+         │                                   │ object-store reference
+         │                                   ▼
+         │      rank actors 0 … N-1, each in its graph loop: step(msg) runs the call and
+         │      returns its encoded reply (over 64 KiB: kept in the actor's object store,
+         │                                   │ the reference travels)
+         │                                   ▼ a channel from every rank to rank 0
+         │      rank 0: gather(reply 0, …, reply N-1) ─► the one output channel
+         └─ FutureQueue, drained inside result() on the caller's thread: timed reads
+            of the output channel in short slices (so shutdown and deaths are seen)
+
+    monitor thread (``ray.executor``): pidfds of the actors; on a death it fails
+    every pending call and runs the failure callbacks, once. Ray's own graph
+    monitor thread waits on the actors' graph loops and tears the graph down
+    when one fails.
+
+Why one execution at a time, and why no message outgrows a channel: what Ray
+2.60's compiled graphs do, found by experiment (stop 44's notes).
+
+- The graph's input takes a new execution only once every rank has read the
+  previous one, and a write that cannot proceed waits up to ``submit_timeout``
+  and then fails, leaving the graph unusable. Written one at a time, after the
+  previous output was read, every rank is waiting on its input: a write never
+  waits. Calls beyond it wait in the caller's backlog (C5's hundreds in flight).
+- A timed read of several output channels that expires part-way drops what it
+  had read; so the ranks' replies are gathered on rank 0 and leave the graph
+  through one channel, read whole or not at all. A timed-out read of it, retried
+  (``_execute_until`` keeps the execution's index), loses nothing: the caller
+  never uses ``CompiledDAGRef.get`` with a timeout, which marks the reference
+  read before it reads (a timeout would lose the output for good).
+- A read that times out while a channel grows for a larger message leaves the
+  channel stuck; so no message is larger than the channels' buffer: large
+  bodies and replies go by object-store reference.
+- A ``CompiledDAGRef`` dropped unread reads (and may wait) in its ``__del__``;
+  the executor holds the one in flight until it is read or the graph is torn down.
+
+Across nodes (``nodes > 1``) the ranks take plain actor calls, as
+``ray-actors`` does. A channel's semaphores are named files in the ``/dev/shm``
+of the raylet that makes them, opened by name from every process on the
+channel. Inside a test the caller runs in the simulated nodes' world, whose
+``/dev/shm`` is not its node's: there a channel cannot work as it does on a
+real cluster, and the graph across nodes is untried (the same holds for a
+test's private ``/dev/shm``, which the suite does not give a backend with a
+run-wide session).
+
+Shutdown tears the graph down before the actors go; with an execution still in
+flight (a rank may be hung in native code) the actors are killed first, so the
+teardown's waits end at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections import deque
+from typing import Any
+
+import ray
+from ray.exceptions import RayChannelError, RayChannelTimeoutError
+
+from harness.contract import ExecutorConfig, ExecutorShutdownError, WorkerInitError
+from harness.executors._group import GroupExecutor
+from harness.executors.futures import PendingCall, Reply
+from harness.executors.mp.worker import decode_reply, error_reply
+from harness.executors.ray.executor import _Group, _RankActor, _remaining
+from harness.system import leaks
+
+__all__ = ["RayGraphExecutor"]
+
+# Bodies and replies above this travel by object-store reference, so that no
+# message outgrows a channel's buffer.
+_INLINE_LIMIT = 64 * 1024
+# Room in a channel for a message of the inline limit and its framing.
+_FRAME = 4 * 1024
+# How long one read of the output channel waits before looking at the executor's state again.
+_READ_SLICE_S = 0.25
+# How long a large reply may take to come from a live rank's object store.
+_FETCH_S = 60.0
+# After the graph breaks, how long to look for the rank whose death broke it.
+_DEATH_GRACE_S = 5.0
+
+_CALL_ID_BYTES = 8
+_SEMAPHORE_PREFIXES = (leaks.SEMAPHORE_PREFIX + "hdr", leaks.SEMAPHORE_PREFIX + "obj")
+
+
+class _GraphRankActor(_RankActor):
+    """One rank, run by its graph loop: ``step`` for every call, and on rank 0
+    ``gather`` after it."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self._held: list[Any] = []  # the last call's large reply, until the next call
+
+    def step(self, msg: Any) -> Any:
+        # One execution at a time: a new call means the caller has read the last
+        # one's replies, large ones included.
+        self._held.clear()
+        if not msg:
+            return b""  # the warm-up: channels opened
+        if isinstance(msg, bytes):
+            call_id = int.from_bytes(msg[:_CALL_ID_BYTES], "little")
+            body = msg[_CALL_ID_BYTES:]
+        else:
+            call_id, (ref,) = msg
+            body = ray.get(ref)
+        raw = self.execute(call_id, body)
+        if len(raw) <= _INLINE_LIMIT:
+            return raw
+        ref = ray.put(raw)
+        self._held.append(ref)
+        return (call_id, [ref])
+
+
+_RemoteGraphActor = ray.remote(_GraphRankActor)
+
+
+class _GraphGroup(_Group):
+    """A ``ray.executor._Group`` whose calls go through a compiled graph."""
+
+    actor_class = _RemoteGraphActor
+
+    def __init__(self, config: ExecutorConfig, address: str | None) -> None:
+        super().__init__(config, address)
+        self.dag: Any = None
+        self.channels: list[Any] = []  # the graph's output channels, one per rank
+        self.semaphores: set[str] = set()  # names in /dev/shm of the channels' semaphores
+        self.backlog: deque[tuple[PendingCall, bytes]] = deque()
+        # The execution in flight: its call id, CompiledDAGRef, and the request's
+        # object-store reference when the body went by reference.
+        self.current: tuple[int, dict[int, Any], Any] | None = None
+        # A write that failed after a read: raised by the next receive.
+        self.broken: BaseException | None = None
+
+    # ---- start-up ---------------------------------------------------------
+
+    def start(self) -> None:
+        started = time.monotonic()
+        super().start()
+        from ray.dag import InputNode, MultiOutputNode
+
+        buffer = max(1 << 20, _INLINE_LIMIT + _FRAME)
+        mine_before = _mapped_semaphores([os.getpid()])
+        try:
+            with InputNode() as inp:
+                output = MultiOutputNode([actor.step.bind(inp) for actor in self.actors])
+            self.dag = output.experimental_compile(_buffer_size_bytes=buffer, _max_inflight_executions=1)
+            self.channels = list(self.dag.dag_output_channels)
+            self._warm_up(started + self.config.init_timeout_s)
+        except Exception as exc:
+            raise WorkerInitError(f"ray: could not compile the ranks' graph: {exc}") from exc
+        # Ray's raylet makes a pair of named semaphores in /dev/shm for every
+        # channel and removes them only when the driver disconnects: a caller
+        # that stays connected (another executor, its own ray.init) would keep
+        # every graph's. Ours, removed at shutdown: those our ranks map (the
+        # input's), and those this process mapped for the graph (the outputs').
+        ranks = [pid for pid, local in zip(self.pids, self.local, strict=True) if local and pid]
+        self.semaphores = _mapped_semaphores(ranks) | (_mapped_semaphores([os.getpid()]) - mine_before)
+
+    def _warm_up(self, deadline: float) -> None:
+        """One empty execution, so that every rank has opened its channels."""
+        refs = self.dag.execute(b"")
+        for ref in refs:
+            ref._ray_get_called = True
+        for rank, channel in enumerate(self.channels):
+            try:
+                channel.read(max(0.001, _remaining(deadline)))
+            except RayChannelTimeoutError:
+                raise WorkerInitError(
+                    f"rank {rank}: its graph did not answer within init_timeout_s={self.config.init_timeout_s:g} s"
+                ) from None
+        self.dag._max_finished_execution_index += 1
+
+    # ---- calls ------------------------------------------------------------
+
+    def send(self, call: PendingCall, body: bytes) -> None:
+        """Queue one registered call (under the queue lock); write it into the
+        graph at once if nothing is in flight."""
+        if self.broken is not None or self.current is not None:
+            self.backlog.append((call, body))
+            return
+        try:
+            self._write(call.call_id, body)
+        except BaseException:
+            self.queue.discard(call)
+            raise
+
+    def _write(self, call_id: int, body: bytes) -> None:
+        put = None
+        if len(body) > _INLINE_LIMIT:
+            put = ray.put(body)
+            msg: Any = (call_id, [put])
+        else:
+            msg = call_id.to_bytes(_CALL_ID_BYTES, "little") + body
+        try:
+            refs = self.dag.execute(msg)
+        except RayChannelError as exc:
+            raise self._graph_broken(exc) from None
+        for ref in refs:
+            # Read here channel by channel, never through the reference: one
+            # dropped unread would read (and may wait) in its __del__.
+            ref._ray_get_called = True
+        self.current = (call_id, {}, put)
+
+    def _write_next(self) -> None:
+        if self.backlog:
+            call, body = self.backlog.popleft()
+            try:
+                self._write(call.call_id, body)
+            except BaseException as exc:  # noqa: BLE001 - failed at the next receive
+                self.broken = exc
+
+    def _receive(self, timeout: float | None) -> list[Reply]:
+        if self.closed:
+            raise ExecutorShutdownError("executor was shut down")
+        if self.failure.error is not None:
+            raise self.failure.error
+        if self.broken is not None:
+            raise self.broken
+        if self.current is None:
+            # Nothing in flight (the queue has only settled calls): wait for shutdown.
+            from harness.executors.ray.executor import _wait_readable
+
+            _wait_readable(self._stop_r, timeout)
+            return []
+        call_id, got, _ = self.current
+        slice_s = _READ_SLICE_S if timeout is None else min(timeout, _READ_SLICE_S)
+        end = time.monotonic() + slice_s
+        try:
+            for rank, channel in enumerate(self.channels):
+                if rank not in got:
+                    # Rank by rank, keeping what was read: a timed-out read of
+                    # several channels at once would drop the ones it had read.
+                    got[rank] = channel.read(_remaining(end))
+        except RayChannelTimeoutError:
+            if self.closed:
+                raise ExecutorShutdownError("executor was shut down while the call was waiting") from None
+            if self.failure.error is not None:
+                raise self.failure.error from None
+            return []
+        except RayChannelError as exc:
+            raise self._graph_broken(exc) from None
+        # Every output read outside the graph's own bookkeeping: tell it, so it
+        # takes the next execution.
+        self.dag._max_finished_execution_index += 1
+        gathered = [got[rank] for rank in range(len(self.channels))]
+        self.current = None
+        replies = [self._reply(rank, call_id, item) for rank, item in enumerate(gathered)]
+        self._write_next()
+        return replies
+
+    def _reply(self, rank: int, call_id: int, item: Any) -> Reply:
+        if isinstance(item, BaseException):  # a RayTaskError: the graph's task failed outside the call
+            return error_reply(rank, call_id, item)
+        try:
+            if not isinstance(item, bytes):
+                _, (ref,) = item
+                item = ray.get(ref, timeout=_FETCH_S)
+            return decode_reply(item)
+        except Exception as exc:  # noqa: BLE001 - e.g. a result class the caller cannot import
+            err = RuntimeError(f"the result could not be read or unpickled in the caller: {exc!r}")
+            return error_reply(rank, call_id, err)
+
+    def _graph_broken(self, exc: BaseException) -> BaseException:
+        """The error for a graph Ray tore down: a rank's death, when one died."""
+        deadline = time.monotonic() + _DEATH_GRACE_S
+        while True:
+            if self.failure.error is not None:
+                return self.failure.error
+            rank = self.dead_rank()
+            if rank is not None:
+                return self.fail(rank)
+            if _remaining(deadline) <= 0:
+                return RuntimeError(f"ray: the ranks' compiled graph was torn down, so no call can run: {exc}")
+            time.sleep(0.05)
+
+    # ---- shutdown ---------------------------------------------------------
+
+    def _stop_actors(self) -> None:
+        dag, self.dag = self.dag, None
+        if dag is not None and ray.is_initialized():
+            if self.current is not None or self.failure.error is not None:
+                # A rank may be hung in the call: the teardown would wait on it.
+                for actor in self.actors:
+                    with contextlib.suppress(Exception):
+                        ray.kill(actor, no_restart=True)
+            with contextlib.suppress(Exception):
+                dag.teardown()
+        self.current = None
+        self.backlog.clear()
+        super()._stop_actors()
+        # The ranks have exited and the graph is down: what no other process maps
+        # now is nobody's (this one keeps its mappings until Ray disconnects).
+        for name in sorted(self.semaphores):
+            if not leaks.mapped_outside(name, {os.getpid()}):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(leaks.SHM_DIR, name))
+        self.semaphores = set()
+
+
+def _mapped_semaphores(pids: list[int]) -> set[str]:
+    """The names of Ray's channel semaphores (``/dev/shm/sem.hdr<raylet pid>-<n>``
+    and ``sem.obj…``) that these processes map."""
+    found: set[str] = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as maps:
+                lines = maps.read().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            _, _, path = line.partition(leaks.SHM_DIR + "/")
+            if path.startswith(_SEMAPHORE_PREFIXES):
+                found.add(path.split()[0])
+    return found
+
+
+class RayGraphExecutor(GroupExecutor):
+    """Workers as Ray actors driven through a compiled graph. See the module
+    docstring for the data flow.
+
+    ``address``: a Ray cluster to connect to (default: ``RAY_ADDRESS``, else a
+    local cluster started for this process)."""
+
+    def __init__(self, config: ExecutorConfig, *, address: str | None = None) -> None:
+        # Across nodes the ranks take plain actor calls, as ``ray-actors``: see
+        # the module docstring.
+        group = _GraphGroup if config.nodes == 1 else _Group
+        super().__init__(config, lambda: group(config, address))
