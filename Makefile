@@ -25,8 +25,8 @@ $(STAMP): pyproject.toml Makefile
 
 install: $(STAMP)
 
-## A long chaos run for each built-in backend (harness chaos; make test runs 40 s
-## of each in tests/distributed/test_chaos.py). Reports in reports/chaos/.
+## A long chaos run for each built-in backend (harness chaos; make test runs 30 s
+## of mp, uni and ray in tests/distributed/test_chaos.py). Reports in reports/chaos/.
 CHAOS_DURATION ?= 600
 CHAOS_SEED ?= 1
 chaos: $(STAMP)
@@ -37,6 +37,8 @@ chaos: $(STAMP)
 	    --duration $(CHAOS_DURATION) --seed $(CHAOS_SEED) --json reports/chaos/uni.json
 	$(BIN)/python -m harness chaos --backend ray --world-size 2 \
 	    --duration $(CHAOS_DURATION) --seed $(CHAOS_SEED) --json reports/chaos/ray.json
+	$(BIN)/python -m harness chaos --backend ray-actors --world-size 2 \
+	    --duration $(CHAOS_DURATION) --seed $(CHAOS_SEED) --json reports/chaos/ray-actors.json
 
 ## vLLM's executors (vllm-mp, vllm-uni) get their own venv, .venv-vllm: the
 ## core tests keep running as a machine without vLLM has them. VLLM_EXTRA is the
@@ -137,7 +139,7 @@ gpu-test-vllm: $(VLLM_STAMP)
 ## Its reports: reports/conform.json, and reports/conform.html (the page, each cell's evidence a click away).
 conform: $(STAMP)
 	@mkdir -p reports
-	$(BIN)/python -m harness conform --backend uni,mp,ray --world-size 1,2,4 \
+	$(BIN)/python -m harness conform --backend uni,mp,ray,ray-actors --world-size 1,2,4 \
 	    --report-json reports/conform.json --report-html reports/conform.html
 
 ## The tests: the simulated tier (CPU workers on gloo) beside the meta tests

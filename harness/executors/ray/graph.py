@@ -4,43 +4,51 @@ a Ray Compiled Graph, as vLLM's Ray executor drives its workers.
 Data flow::
 
     caller thread ─ collective_rpc ─► pickle the call once ─► backlog (FIFO, in the caller)
-         ▲                                   │ one execution at a time: the next call is written
-         │                                   ▼ once the previous one's output has been read
+         ▲                                   │ one execution at a time: the next call goes to the
+         │                                   ▼ writer thread once the previous one's output was read
          │      graph input channel (shared memory): call id + body, a body over 64 KiB by
          │                                   │ object-store reference
          │                                   ▼
          │      rank actors 0 … N-1, each in its graph loop: step(msg) runs the call and
          │      returns its encoded reply (over 64 KiB: kept in the actor's object store,
          │                                   │ the reference travels)
-         │                                   ▼ a channel from every rank to rank 0
-         │      rank 0: gather(reply 0, …, reply N-1) ─► the one output channel
+         │                                   ▼ an output channel per rank
          └─ FutureQueue, drained inside result() on the caller's thread: timed reads
-            of the output channel in short slices (so shutdown and deaths are seen)
+            of the output channels, rank by rank, in short slices (so shutdown and
+            deaths are seen)
 
     monitor thread (``ray.executor``): pidfds of the actors; on a death it fails
     every pending call and runs the failure callbacks, once. Ray's own graph
     monitor thread waits on the actors' graph loops and tears the graph down
     when one fails.
 
-Why one execution at a time, and why no message outgrows a channel: what Ray
-2.60's compiled graphs do, found by experiment (stop 44's notes).
+Why the graph is driven so: what Ray 2.60's compiled graphs do, found by
+experiment.
 
-- The graph's input takes a new execution only once every rank has read the
-  previous one, and a write that cannot proceed waits up to ``submit_timeout``
-  and then fails, leaving the graph unusable. Written one at a time, after the
-  previous output was read, every rank is waiting on its input: a write never
-  waits. Calls beyond it wait in the caller's backlog (C5's hundreds in flight).
-- A timed read of several output channels that expires part-way drops what it
-  had read; so the ranks' replies are gathered on rank 0 and leave the graph
-  through one channel, read whole or not at all. A timed-out read of it, retried
-  (``_execute_until`` keeps the execution's index), loses nothing: the caller
-  never uses ``CompiledDAGRef.get`` with a timeout, which marks the reference
-  read before it reads (a timeout would lose the output for good).
+- The graph's input takes a new execution only once every rank has let go of
+  the previous one, which a rank does when it reads the next; a write that
+  cannot proceed waits up to ``submit_timeout`` and then fails, leaving the
+  graph unusable. So one execution is in the graph at a time, written after
+  the previous output was read, when every rank is normally waiting on its
+  input; calls beyond it wait in the caller's backlog (C5's hundreds in
+  flight). A rank stopped just after its reply (SIGSTOP) still holds the
+  input: the write then waits, so writes happen on a writer thread of their
+  own, with no submit timeout, and the caller's waits end at their timeouts.
+- Ray's own read of the graph's output (``CompiledDAGRef.get``) reads every
+  output channel, and when its timeout expires part-way it drops what it had
+  read; it also marks the reference read before it reads, so a timeout loses
+  the output for good. So the caller reads the output channels itself, rank by
+  rank, keeping each reply as it comes; a timed-out read of one channel takes
+  nothing, and the next read goes on from there.
 - A read that times out while a channel grows for a larger message leaves the
   channel stuck; so no message is larger than the channels' buffer: large
   bodies and replies go by object-store reference.
 - A ``CompiledDAGRef`` dropped unread reads (and may wait) in its ``__del__``;
-  the executor holds the one in flight until it is read or the graph is torn down.
+  the executor marks its references read as it makes them, and tells the graph
+  of each execution it read (``_max_finished_execution_index``).
+- Ray's raylet makes a pair of named semaphores in ``/dev/shm`` for every
+  channel and removes them only when the driver disconnects; the executor
+  removes its graph's at shutdown.
 
 Across nodes (``nodes > 1``) the ranks take plain actor calls, as
 ``ray-actors`` does. A channel's semaphores are named files in the ``/dev/shm``
@@ -60,6 +68,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections import deque
 from typing import Any
@@ -71,7 +80,7 @@ from harness.contract import ExecutorConfig, ExecutorShutdownError, WorkerInitEr
 from harness.executors._group import GroupExecutor
 from harness.executors.futures import PendingCall, Reply
 from harness.executors.mp.worker import decode_reply, error_reply
-from harness.executors.ray.executor import _Group, _RankActor, _remaining
+from harness.executors.ray.executor import _EXIT_S, _Group, _RankActor, _remaining
 from harness.system import leaks
 
 __all__ = ["RayGraphExecutor"]
@@ -89,6 +98,10 @@ _FETCH_S = 60.0
 _DEATH_GRACE_S = 5.0
 
 _CALL_ID_BYTES = 8
+# How long a write may wait for the ranks to take the previous input (Ray's
+# default, 10 s, then fails the graph): a rank may be stopped as long as it
+# likes; the writer thread waits, the caller's timeouts do not.
+_SUBMIT_S = 365 * 24 * 3600
 _SEMAPHORE_PREFIXES = (leaks.SEMAPHORE_PREFIX + "hdr", leaks.SEMAPHORE_PREFIX + "obj")
 
 
@@ -136,9 +149,17 @@ class _GraphGroup(_Group):
         self.backlog: deque[tuple[PendingCall, bytes]] = deque()
         # The execution in flight: its call id, CompiledDAGRef, and the request's
         # object-store reference when the body went by reference.
-        self.current: tuple[int, dict[int, Any], Any] | None = None
-        # A write that failed after a read: raised by the next receive.
+        self.current: tuple[int, dict[int, Any], Any] | None = None  # call id, replies read
+        # What ended the graph, raised by every later receive.
         self.broken: BaseException | None = None
+        # The writer thread's: the call it is to write, the object-store
+        # reference of a body too large for the channel (until its call is
+        # read), and the error a write ended with.
+        self._write_cv = threading.Condition()
+        self._to_write: tuple[int, bytes] | None = None
+        self.puts: dict[int, Any] = {}
+        self.write_error: BaseException | None = None
+        self.writer: threading.Thread | None = None
 
     # ---- start-up ---------------------------------------------------------
 
@@ -152,7 +173,9 @@ class _GraphGroup(_Group):
         try:
             with InputNode() as inp:
                 output = MultiOutputNode([actor.step.bind(inp) for actor in self.actors])
-            self.dag = output.experimental_compile(_buffer_size_bytes=buffer, _max_inflight_executions=1)
+            self.dag = output.experimental_compile(
+                _buffer_size_bytes=buffer, _max_inflight_executions=1, _submit_timeout=_SUBMIT_S
+            )
             self.channels = list(self.dag.dag_output_channels)
             self._warm_up(started + self.config.init_timeout_s)
         except Exception as exc:
@@ -164,6 +187,8 @@ class _GraphGroup(_Group):
         # input's), and those this process mapped for the graph (the outputs').
         ranks = [pid for pid, local in zip(self.pids, self.local, strict=True) if local and pid]
         self.semaphores = _mapped_semaphores(ranks) | (_mapped_semaphores([os.getpid()]) - mine_before)
+        self.writer = threading.Thread(target=self._write_loop, name="harness-ray-graph-writer", daemon=True)
+        self.writer.start()
 
     def _warm_up(self, deadline: float) -> None:
         """One empty execution, so that every rank has opened its channels."""
@@ -182,41 +207,53 @@ class _GraphGroup(_Group):
     # ---- calls ------------------------------------------------------------
 
     def send(self, call: PendingCall, body: bytes) -> None:
-        """Queue one registered call (under the queue lock); write it into the
-        graph at once if nothing is in flight."""
+        """Queue one registered call (under the queue lock); hand it to the
+        writer at once if nothing is in flight."""
         if self.broken is not None or self.current is not None:
             self.backlog.append((call, body))
             return
-        try:
-            self._write(call.call_id, body)
-        except BaseException:
-            self.queue.discard(call)
-            raise
+        self._hand(call.call_id, body)
 
-    def _write(self, call_id: int, body: bytes) -> None:
-        put = None
-        if len(body) > _INLINE_LIMIT:
-            put = ray.put(body)
-            msg: Any = (call_id, [put])
-        else:
-            msg = call_id.to_bytes(_CALL_ID_BYTES, "little") + body
-        try:
-            refs = self.dag.execute(msg)
-        except RayChannelError as exc:
-            raise self._graph_broken(exc) from None
-        for ref in refs:
-            # Read here channel by channel, never through the reference: one
-            # dropped unread would read (and may wait) in its __del__.
-            ref._ray_get_called = True
-        self.current = (call_id, {}, put)
+    def _hand(self, call_id: int, body: bytes) -> None:
+        self.current = (call_id, {}, None)
+        with self._write_cv:
+            self._to_write = (call_id, body)
+            self._write_cv.notify()
+
+    def _write_loop(self) -> None:
+        """The writer thread: writes each call into the graph's input. A write
+        waits until every rank has let go of the previous call's input, which a
+        rank does only when it reads the next: a rank stopped just after
+        replying (SIGSTOP, a debugger) holds it. So no write happens on the
+        caller's thread, whose waits must end at their timeouts (C7)."""
+        while True:
+            with self._write_cv:
+                while self._to_write is None and not self.closed:
+                    self._write_cv.wait()
+                item, self._to_write = self._to_write, None
+                if self.closed or item is None:
+                    return
+            call_id, body = item
+            try:
+                if len(body) > _INLINE_LIMIT:
+                    put = ray.put(body)
+                    self.puts[call_id] = put
+                    msg: Any = (call_id, [put])
+                else:
+                    msg = call_id.to_bytes(_CALL_ID_BYTES, "little") + body
+                del body
+                for ref in self.dag.execute(msg):
+                    # Read channel by channel, never through the reference: one
+                    # dropped unread would read (and may wait) in its __del__.
+                    ref._ray_get_called = True
+            except BaseException as exc:  # noqa: BLE001 - the caller raises it (the graph is unusable)
+                self.write_error = exc
+                return
 
     def _write_next(self) -> None:
         if self.backlog:
             call, body = self.backlog.popleft()
-            try:
-                self._write(call.call_id, body)
-            except BaseException as exc:  # noqa: BLE001 - failed at the next receive
-                self.broken = exc
+            self._hand(call.call_id, body)
 
     def _receive(self, timeout: float | None) -> list[Reply]:
         if self.closed:
@@ -224,6 +261,9 @@ class _GraphGroup(_Group):
         if self.failure.error is not None:
             raise self.failure.error
         if self.broken is not None:
+            raise self.broken
+        if self.write_error is not None:
+            self.broken = self._graph_broken(self.write_error)
             raise self.broken
         if self.current is None:
             # Nothing in flight (the queue has only settled calls): wait for shutdown.
@@ -253,6 +293,7 @@ class _GraphGroup(_Group):
         self.dag._max_finished_execution_index += 1
         gathered = [got[rank] for rank in range(len(self.channels))]
         self.current = None
+        self.puts.pop(call_id, None)
         replies = [self._reply(rank, call_id, item) for rank, item in enumerate(gathered)]
         self._write_next()
         return replies
@@ -294,8 +335,13 @@ class _GraphGroup(_Group):
                         ray.kill(actor, no_restart=True)
             with contextlib.suppress(Exception):
                 dag.teardown()
+        with self._write_cv:
+            self._write_cv.notify()  # closed: the writer ends, or its write fails with the graph
+        if self.writer is not None and self.writer is not threading.current_thread():
+            self.writer.join(_EXIT_S)
         self.current = None
         self.backlog.clear()
+        self.puts.clear()
         super()._stop_actors()
         # The ranks have exited and the graph is down: what no other process maps
         # now is nobody's (this one keeps its mappings until Ray disconnects).
