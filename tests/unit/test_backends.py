@@ -159,7 +159,8 @@ def test_loading_ray_does_not_import_ray(name: str, declared: str) -> None:
         pytest.skip("ray is not installed")
     code = (
         f"import sys; from harness.backends import load_backend; b = load_backend({name!r}); "
-        "print('ray' in sys.modules, str(sorted(b.unsupported)).replace(' ', ''), b.start_methods, b.session is not None)"
+        "print('ray' in sys.modules, str(sorted(b.unsupported)).replace(' ', ''), b.start_methods, "
+        "b.session is not None)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.split() == ["False", declared, "('spawn',)", "True"], out.stdout + out.stderr
