@@ -106,8 +106,7 @@ _SEMAPHORE_PREFIXES = (leaks.SEMAPHORE_PREFIX + "hdr", leaks.SEMAPHORE_PREFIX + 
 
 
 class _GraphRankActor(_RankActor):
-    """One rank, run by its graph loop: ``step`` for every call, and on rank 0
-    ``gather`` after it."""
+    """One rank, run by its graph loop: ``step`` for every call."""
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
@@ -147,9 +146,8 @@ class _GraphGroup(_Group):
         self.channels: list[Any] = []  # the graph's output channels, one per rank
         self.semaphores: set[str] = set()  # names in /dev/shm of the channels' semaphores
         self.backlog: deque[tuple[PendingCall, bytes]] = deque()
-        # The execution in flight: its call id, CompiledDAGRef, and the request's
-        # object-store reference when the body went by reference.
-        self.current: tuple[int, dict[int, Any], Any] | None = None  # call id, replies read
+        # The execution in flight: its call id, and the replies read so far by rank.
+        self.current: tuple[int, dict[int, Any]] | None = None
         # What ended the graph, raised by every later receive.
         self.broken: BaseException | None = None
         # The writer thread's: the call it is to write, the object-store
@@ -215,7 +213,7 @@ class _GraphGroup(_Group):
         self._hand(call.call_id, body)
 
     def _hand(self, call_id: int, body: bytes) -> None:
-        self.current = (call_id, {}, None)
+        self.current = (call_id, {})
         with self._write_cv:
             self._to_write = (call_id, body)
             self._write_cv.notify()
@@ -271,7 +269,7 @@ class _GraphGroup(_Group):
 
             _wait_readable(self._stop_r, timeout)
             return []
-        call_id, got, _ = self.current
+        call_id, got = self.current
         slice_s = _READ_SLICE_S if timeout is None else min(timeout, _READ_SLICE_S)
         end = time.monotonic() + slice_s
         try:
