@@ -10,8 +10,9 @@ local cluster of this machine: the floor under `ray`'s per-call figure in
 from __future__ import annotations
 
 import statistics
-import time
 from typing import Any
+
+from harness.perf.workloads import time_calls
 
 
 class _Echo:
@@ -20,14 +21,7 @@ class _Echo:
 
 
 def _median_us(call: Any, iters: int = 1000, warmup: int = 50) -> float:
-    for _ in range(warmup):
-        call()
-    times = []
-    for _ in range(iters):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
+    return statistics.median(time_calls(call, iters, warmup)) * 1e6
 
 
 def main() -> None:

@@ -80,7 +80,7 @@ from harness.contract import ExecutorConfig, ExecutorShutdownError, WorkerInitEr
 from harness.executors._group import GroupExecutor
 from harness.executors.futures import PendingCall, Reply
 from harness.executors.mp.worker import decode_reply, error_reply
-from harness.executors.ray.executor import _EXIT_S, _Group, _RankActor, _remaining
+from harness.executors.ray.executor import _EXIT_S, _Group, _RankActor, _remaining, _wait_readable
 from harness.system import leaks
 
 __all__ = ["RayGraphExecutor"]
@@ -265,8 +265,6 @@ class _GraphGroup(_Group):
             raise self.broken
         if self.current is None:
             # Nothing in flight (the queue has only settled calls): wait for shutdown.
-            from harness.executors.ray.executor import _wait_readable
-
             _wait_readable(self._stop_r, timeout)
             return []
         call_id, got = self.current
@@ -353,18 +351,7 @@ class _GraphGroup(_Group):
 def _mapped_semaphores(pids: list[int]) -> set[str]:
     """The names of Ray's channel semaphores (``/dev/shm/sem.hdr<raylet pid>-<n>``
     and ``sem.obj…``) that these processes map."""
-    found: set[str] = set()
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as maps:
-                lines = maps.read().splitlines()
-        except OSError:
-            continue
-        for line in lines:
-            _, _, path = line.partition(leaks.SHM_DIR + "/")
-            if path.startswith(_SEMAPHORE_PREFIXES):
-                found.add(path.split()[0])
-    return found
+    return {name for name in leaks.shm_mapped_by(pids) if name.startswith(_SEMAPHORE_PREFIXES)}
 
 
 class RayGraphExecutor(GroupExecutor):
