@@ -303,7 +303,7 @@ class _GraphGroup(_Group):
                 item = ray.get(ref, timeout=_FETCH_S)
             return decode_reply(item)
         except Exception as exc:  # noqa: BLE001 - e.g. a result class the caller cannot import
-            err = RuntimeError(f"the result could not be read or unpickled in the caller: {exc!r}")
+            err = RuntimeError(f"the result could not be unpickled in the caller: {exc!r}")
             return error_reply(rank, call_id, err)
 
     def _graph_broken(self, exc: BaseException) -> BaseException:
