@@ -57,7 +57,7 @@ SESSION_CLUSTER_ENV = "HARNESS_RAY_SESSION_CLUSTER"
 
 @contextlib.contextmanager
 def local_cluster(num_cpus: int | None = None) -> Iterator[dict[str, str]]:
-    """A single-node Ray cluster for the length of a run, its node on loopback,
+    """A single-node Ray cluster for the length of a run, started on loopback,
     stopped at the end or when this process dies; yields the environment that
     points executors at it (its address and its own authentication token).
 
@@ -98,7 +98,8 @@ def _declare(factory: Any) -> None:
     factory.unsupported = {
         "C23": (
             "Ray's own gRPC servers (GCS, raylet, and one in every worker and driver) listen on all "
-            "interfaces, and Ray has no setting to bind them to loopback; its node address is loopback"
+            "interfaces, and Ray has no setting to bind them to loopback; nor does its node stay on "
+            "loopback: ray start --node-ip-address=127.0.0.1 gives the node the machine's own address"
         ),
     }
     # Ray starts the actor processes itself: spawn/fork mean nothing to it.

@@ -9,7 +9,8 @@ on. So a cluster is started here under a keeper instead::
 
 The keeper reports the cluster's address, then blocks on the death pipe. End of
 file, the caller having closed it (``stop()``) or died (any way, even SIGKILL),
-or a SIGTERM to the keeper itself, makes it stop the whole process group: SIGTERM, a short grace, then SIGKILL,
+or a SIGTERM to the keeper itself, makes it stop its whole session (Ray's
+workers each lead a process group of their own): SIGTERM, a short grace, then SIGKILL,
 and it removes the cluster's temporary folder. Nothing here imports Ray.
 
 The cluster keeps Ray's token authentication on, with a token of its own: the
@@ -76,7 +77,8 @@ class LocalCluster:
 
     @classmethod
     def start(cls, num_cpus: int, num_gpus: int | None = None, timeout_s: float | None = None) -> LocalCluster:
-        """Start a cluster with ``num_cpus`` logical CPUs; its node on loopback.
+        """Start a cluster with ``num_cpus`` logical CPUs, its address on loopback
+        (Ray itself gives the node the machine's own address, not loopback's).
         ``timeout_s``: by default the keeper's own bound (:func:`ray_start_bound`, read
         once here and handed to it) and a margin."""
         start_s = ray_start_bound()
@@ -126,8 +128,12 @@ class LocalCluster:
         try:
             self.keeper.wait(_STOP_S)
         except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.keeper.pid, signal.SIGKILL)
+            # The keeper leads a session of its own: all it started is in it.
+            with contextlib.suppress(ProcessLookupError):
+                self.keeper.kill()
+            for pid in session_members(self.keeper.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             self.keeper.wait(5)
         if self.keeper.stdout is not None:
             self.keeper.stdout.close()
@@ -207,31 +213,52 @@ def ray_start_bound() -> float:
 
 
 def _kill_others() -> None:
-    """SIGKILL the rest of this process group (the keeper stays): what a failed
-    start left, or what outlived the grace of a stop."""
-    for pid in _group_members():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    """SIGKILL the rest of this session (the keeper stays): what a failed start
+    left, or what outlived the grace of a stop. Listed again until none is left:
+    a raylet still running may have forked a worker since the last listing."""
+    deadline = time.monotonic() + _STOP_S
+    while (others := session_members(os.getsid(0))) and time.monotonic() < deadline:
+        for pid in others:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)
 
 
-def _group_members() -> list[int]:
-    """Processes of this process group other than this one."""
-    me, group = os.getpid(), os.getpgid(0)
+def session_members(sid: int) -> list[int]:
+    """Live processes of session ``sid`` other than its leader and this process.
+
+    The session, not the process group: Ray gives each worker a process group of
+    its own, and a worker still starting when its raylet died was seen to live on
+    past 15 s (a ``killpg`` of the keeper's group never reached it)."""
+    me = os.getpid()
     out = []
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != me:
-            with contextlib.suppress(OSError):
-                if os.getpgid(int(entry)) == group:
-                    out.append(int(entry))
+        if not entry.isdigit() or int(entry) in (me, sid):
+            continue
+        with contextlib.suppress(OSError):
+            if os.getsid(int(entry)) == sid and not _zombie(int(entry)):
+                out.append(int(entry))
     return out
 
 
-def _stop_group() -> None:
+def _zombie(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        # The state follows the command's closing parenthesis (a command may hold one).
+        return f.read().rpartition(b")")[2].split()[0] == b"Z"
+
+
+def _signal_session(sid: int, signum: int) -> None:
+    for pid in session_members(sid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+
+
+def _stop_session() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(0, signal.SIGTERM)
+    sid = os.getsid(0)
+    _signal_session(sid, signal.SIGTERM)
     deadline = time.monotonic() + _GRACE_S
-    while _group_members() and time.monotonic() < deadline:
+    while session_members(sid) and time.monotonic() < deadline:
         time.sleep(0.05)
     _kill_others()
 
@@ -326,7 +353,7 @@ def _keep(death_fd: int, num_cpus: str, num_gpus: str, start_s: float | None = N
                     if key.data == "cluster" or not os.read(death_fd, 1):
                         return
     finally:
-        _stop_group()
+        _stop_session()
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 

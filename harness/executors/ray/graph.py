@@ -15,7 +15,7 @@ Data flow::
          │                                   ▼ an output channel per rank
          └─ FutureQueue, drained inside result() on the caller's thread: timed reads
             of the output channels, rank by rank, in short slices (so shutdown and
-            deaths are seen)
+            deaths are seen); each read spins 2 ms, then polls after sleeps
 
     monitor thread (``ray.executor``): pidfds of the actors; on a death it fails
     every pending call and runs the failure callbacks, once. Ray's own graph
@@ -46,6 +46,14 @@ experiment.
 - A ``CompiledDAGRef`` dropped unread reads (and may wait) in its ``__del__``;
   the executor marks its references read as it makes them, and tells the graph
   of each execution it read (``_max_finished_execution_index``).
+- Ray's read of a channel spins (``sched_yield``) until it reads or times
+  out: over a 3 s call the caller burnt 97 % of a core, which on 2 CPUs the
+  ranks then lacked. So the caller lets it spin 2 ms (an empty call's reply at
+  world size 4), then looks again after sleeps of 0.1 ms doubling to 2 ms:
+  10.6 % of a core over the same call, an empty call's median unchanged
+  (``tests/perf/ray_caller_wait.py``). The ranks' reads of the input are Ray's
+  own loop and spin while the executor is idle (``harness bench``'s idle CPU
+  of the workers).
 - Ray's raylet makes a pair of named semaphores in ``/dev/shm`` for every
   channel and removes them only when the driver disconnects; the executor
   removes its graph's at shutdown.
@@ -103,6 +111,13 @@ _CALL_ID_BYTES = 8
 # likes; the writer thread waits, the caller's timeouts do not.
 _SUBMIT_S = 365 * 24 * 3600
 _SEMAPHORE_PREFIXES = (leaks.SEMAPHORE_PREFIX + "hdr", leaks.SEMAPHORE_PREFIX + "obj")
+# Ray's read of a channel spins (sched_yield) until its timeout. The caller lets
+# it spin this long, which an empty call's reply at world size 4 takes on a
+# quiet machine, then looks again after sleeps that double up to the cap: a
+# long call costs the caller a few per cent of a core, not a whole one.
+_SPIN_S = 0.002
+_POLL_FIRST_S = 0.0001
+_POLL_CAP_S = 0.002
 
 
 class _GraphRankActor(_RankActor):
@@ -275,7 +290,7 @@ class _GraphGroup(_Group):
                 if rank not in got:
                     # Rank by rank, keeping what was read: a timed-out read of
                     # several channels at once would drop the ones it had read.
-                    got[rank] = channel.read(_remaining(end))
+                    got[rank] = _read(channel, end)
         except RayChannelTimeoutError:
             if self.closed:
                 raise ExecutorShutdownError("executor was shut down while the call was waiting") from None
@@ -366,3 +381,26 @@ class RayGraphExecutor(GroupExecutor):
         # the module docstring.
         group = _GraphGroup if config.nodes == 1 else _Group
         super().__init__(config, lambda: group(config, address))
+
+
+def _read(channel: Any, end: float) -> Any:
+    """Read ``channel`` by ``end`` (``time.monotonic()``), or raise
+    ``RayChannelTimeoutError``: Ray's spinning read for the first
+    :data:`_SPIN_S`, then a look at the channel after every sleep, each sleep
+    twice the last up to :data:`_POLL_CAP_S`. Ray's read alone would hold a
+    core of the caller's for as long as a call runs, which the ranks and every
+    other process of the machine then lack (the founding incident of this
+    project: a caller busy-waiting on its reply queue beside the scheduler)."""
+    try:
+        return channel.read(min(_SPIN_S, _remaining(end)))
+    except RayChannelTimeoutError as exc:
+        timed_out = exc
+    pause = _POLL_FIRST_S
+    while (left := _remaining(end)) > 0:
+        time.sleep(min(pause, left))
+        pause = min(pause * 2, _POLL_CAP_S)
+        try:
+            return channel.read(0)
+        except RayChannelTimeoutError as exc:
+            timed_out = exc
+    raise timed_out
