@@ -366,6 +366,10 @@ def test_workers_of_a_sigkilled_caller_exit_with_its_local_cluster(no_cluster: N
         except ProcessLookupError:
             pass
     assert not alive, f"processes {alive} (workers {workers}, cluster {cluster}) outlived the caller by 10 s"
+    # The graph's channel semaphores, named after the raylet, which Ray removes
+    # only when the driver disconnects: the keeper removes them with the cluster.
+    left = [n for n in os.listdir("/dev/shm") if any(n.startswith((f"sem.hdr{p}-", f"sem.obj{p}-")) for p in cluster)]
+    assert not left, f"the graph's semaphores {left} outlived the caller and its cluster"
 
 
 def test_a_result_the_caller_cannot_unpickle_fails_that_call_only(cluster: str) -> None:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import psutil
 
@@ -58,3 +59,12 @@ def test_the_session_lists_neither_its_leader_nor_the_caller() -> None:
     me = os.getpid()
     assert me not in cluster.session_members(os.getsid(0))
     assert os.getsid(0) not in cluster.session_members(os.getsid(0))
+
+
+def test_a_stopped_cluster_leaves_no_semaphore_of_its_raylets(tmp_path: Path) -> None:
+    """A raylet's channel semaphores are named after it; another process's stay."""
+    names = ["sem.hdr4242-17", "sem.obj4242-17", "sem.hdr4343-18", "sem.mp-x", "sem.hdrx-1", "other"]
+    for name in names:
+        (tmp_path / name).write_bytes(b"")
+    cluster._remove_semaphores({4242, 7}, str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other", "sem.hdr4343-18", "sem.hdrx-1", "sem.mp-x"]

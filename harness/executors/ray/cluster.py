@@ -11,7 +11,7 @@ The keeper reports the cluster's address, then blocks on the death pipe. End of
 file, the caller having closed it (``stop()``) or died (any way, even SIGKILL),
 or a SIGTERM to the keeper itself, makes it stop its whole session (Ray's
 workers each lead a process group of their own): SIGTERM, a short grace, then SIGKILL,
-and it removes the cluster's temporary folder. Nothing here imports Ray.
+and it removes the cluster's temporary folder and its raylet's semaphores. Nothing here imports Ray.
 
 The cluster keeps Ray's token authentication on, with a token of its own: the
 keeper generates it into the cluster's private temporary folder (mode 0600,
@@ -256,11 +256,29 @@ def _signal_session(sid: int, signum: int) -> None:
 def _stop_session() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sid = os.getsid(0)
+    members = set(session_members(sid))
     _signal_session(sid, signal.SIGTERM)
     deadline = time.monotonic() + _GRACE_S
     while session_members(sid) and time.monotonic() < deadline:
         time.sleep(0.05)
     _kill_others()
+    _remove_semaphores(members)
+
+
+def _remove_semaphores(pids: set[int], shm: str = "/dev/shm") -> None:
+    """Remove the named semaphores of the cluster's raylet (of any of ``pids``).
+
+    A raylet makes two for every channel of a compiled graph
+    (``sem.hdr<raylet pid>-…``, ``sem.obj<raylet pid>-…``) and removes them when
+    the graph's driver disconnects; a driver that was SIGKILLed with its cluster
+    (C13) never does, and they would outlive the run."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir(shm):
+            kind, _, rest = name.partition(".")
+            owner = rest[3:].partition("-")[0]
+            if kind == "sem" and rest[:3] in ("hdr", "obj") and owner.isdigit() and int(owner) in pids:
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(shm, name))
 
 
 def _write_token(path: str) -> None:
