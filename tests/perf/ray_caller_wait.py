@@ -1,20 +1,52 @@
-"""What the `ray` backend's caller burns while it waits, and what an empty call costs.
+"""What the `ray` backend's processes burn while they wait.
 
 Run: ``python tests/perf/ray_caller_wait.py`` (needs Ray). On a local cluster
-of this machine, one executor at world size 2 prints the caller's CPU over a
-call that sleeps 3 s in every rank (as % of one core: Ray's own channel read
-spins through such a wait; the executor polls after a short spin) and the
-median and 90th percentile of an empty call, the figure the poll must not
-cost (README, "`ray` against `mp`").
+of this machine, with executors at world size 2, it prints:
+
+- the caller's CPU over a call that sleeps 3 s in every rank, as % of one core
+  (Ray's own channel read spins through such a wait; the executor's caller
+  polls after a short spin), and the median and 90th percentile of an empty
+  call, the figure that polling must not cost;
+- how long CPU-bound work (one busy process per CPU) takes beside an idle
+  executor of each kind, against the same work on a quiet machine: the idle
+  ranks of a compiled graph spin on their input in Ray's own loop, and the
+  rest of the machine pays for it.
+
+README, "`ray` against `mp`", quotes these figures.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import statistics
 import time
+from typing import Any
 
 from harness.perf.workloads import time_calls
+
+_BUSY_LOOPS = 30_000_000
+
+
+def _busy(out: Any) -> None:
+    started = time.monotonic()
+    total = 0
+    for i in range(_BUSY_LOOPS):
+        total += i
+    out.put(time.monotonic() - started)
+
+
+def busy_work_s() -> float:
+    """Seconds until one busy process per CPU has each done the same work."""
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_busy, args=(out,)) for _ in range(os.cpu_count() or 1)]
+    for p in procs:
+        p.start()
+    took = max(out.get() for _ in procs)
+    for p in procs:
+        p.join()
+    return float(took)
 
 
 def main() -> None:
@@ -24,7 +56,7 @@ def main() -> None:
         os.environ.update(env)
         from harness import ExecutorConfig
         from harness.conformance import probes
-        from harness.executors.ray import create
+        from harness.executors.ray import create, create_actors
 
         with create(ExecutorConfig(2)) as ex:
             for _ in range(2):
@@ -35,6 +67,16 @@ def main() -> None:
             times = time_calls(lambda: ex.collective_rpc(probes.rank), 2000, 200)
             deciles = statistics.quantiles(times, n=10)
             print(f"empty call: median {statistics.median(times) * 1e6:7.1f} us, p90 {deciles[8] * 1e6:7.1f} us")
+
+        quiet = busy_work_s()
+        print(f"busy work, one process per CPU, quiet machine: {quiet:6.2f} s")
+        for name, factory in (("ray (graph)", create), ("ray-actors", create_actors)):
+            with factory(ExecutorConfig(2)) as ex:
+                ex.collective_rpc(probes.rank)
+                beside = busy_work_s()
+            print(f"the same beside an idle {name} executor (ws 2): {beside:6.2f} s ({beside / quiet:.1f}x)")
+        again = busy_work_s()
+        print(f"quiet machine again: {again:6.2f} s")
 
 
 if __name__ == "__main__":
