@@ -35,7 +35,9 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+from harness.system import leaks
 from harness.system.load import start_up_scale
+from harness.system.reaper import _is_zombie
 
 __all__ = ["LocalCluster", "ray_start_bound", "start_too_slow_for_ray"]
 
@@ -131,9 +133,7 @@ class LocalCluster:
             # The keeper leads a session of its own: all it started is in it.
             with contextlib.suppress(ProcessLookupError):
                 self.keeper.kill()
-            for pid in session_members(self.keeper.pid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+            _signal_session(self.keeper.pid, signal.SIGKILL)
             self.keeper.wait(5)
         if self.keeper.stdout is not None:
             self.keeper.stdout.close()
@@ -216,11 +216,8 @@ def _kill_others() -> None:
     """SIGKILL the rest of this session (the keeper stays): what a failed start
     left, or what outlived the grace of a stop. Listed again until none is left:
     a raylet still running may have forked a worker since the last listing."""
-    deadline = time.monotonic() + _STOP_S
-    while (others := session_members(os.getsid(0))) and time.monotonic() < deadline:
-        for pid in others:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+    sid, deadline = os.getsid(0), time.monotonic() + _STOP_S
+    while _signal_session(sid, signal.SIGKILL) and time.monotonic() < deadline:
         time.sleep(0.01)
 
 
@@ -236,21 +233,18 @@ def session_members(sid: int) -> list[int]:
         if not entry.isdigit() or int(entry) in (me, sid):
             continue
         with contextlib.suppress(OSError):
-            if os.getsid(int(entry)) == sid and not _zombie(int(entry)):
+            if os.getsid(int(entry)) == sid and not _is_zombie(int(entry)):
                 out.append(int(entry))
     return out
 
 
-def _zombie(pid: int) -> bool:
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        # The state follows the command's closing parenthesis (a command may hold one).
-        return f.read().rpartition(b")")[2].split()[0] == b"Z"
-
-
-def _signal_session(sid: int, signum: int) -> None:
-    for pid in session_members(sid):
+def _signal_session(sid: int, signum: int) -> list[int]:
+    """Send ``signum`` to the live members of session ``sid``; returns them."""
+    members = session_members(sid)
+    for pid in members:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signum)
+    return members
 
 
 def _stop_session() -> None:
@@ -265,7 +259,7 @@ def _stop_session() -> None:
     _remove_semaphores(members)
 
 
-def _remove_semaphores(pids: set[int], shm: str = "/dev/shm") -> None:
+def _remove_semaphores(pids: set[int], shm: str = leaks.SHM_DIR) -> None:
     """Remove the named semaphores of the cluster's raylet (of any of ``pids``).
 
     A raylet makes two for every channel of a compiled graph
@@ -274,9 +268,9 @@ def _remove_semaphores(pids: set[int], shm: str = "/dev/shm") -> None:
     (C13) never does, and they would outlive the run."""
     with contextlib.suppress(OSError):
         for name in os.listdir(shm):
-            kind, _, rest = name.partition(".")
+            rest = name.removeprefix(leaks.SEMAPHORE_PREFIX)
             owner = rest[3:].partition("-")[0]
-            if kind == "sem" and rest[:3] in ("hdr", "obj") and owner.isdigit() and int(owner) in pids:
+            if rest != name and rest[:3] in ("hdr", "obj") and owner.isdigit() and int(owner) in pids:
                 with contextlib.suppress(OSError):
                     os.unlink(os.path.join(shm, name))
 
