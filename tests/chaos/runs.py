@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from tests.bounded import run_bounded
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -18,30 +18,12 @@ def chaos(tmp_path: Path, *args: str, bound_s: float) -> tuple[int, dict[str, An
     """Exit code, JSON report and printed text of one chaos run."""
     report = tmp_path / "chaos.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.Popen(
+    code, out = run_bounded(
         [sys.executable, "-m", "harness", "chaos", *args, "--json", str(report)],
+        bound_s=bound_s,
+        what=f"the chaos run {' '.join(args)}",
         cwd=tmp_path,
         env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
     )
-    try:
-        out, _ = proc.communicate(timeout=bound_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        try:
-            out, _ = proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:  # a process outside the group holds the pipe
-            proc.kill()
-            out = "(its output could not be read: a process it started outside its group holds the pipe)"
-        what = " ".join(args)
-        raise AssertionError(f"the chaos run {what} did not end within {bound_s:g} s:\n{out[-4000:]}") from None
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # whatever it left in its group
-        except ProcessLookupError:
-            pass
     loaded = json.loads(report.read_text()) if report.exists() else {}
-    return proc.returncode, loaded, out
+    return code, loaded, out

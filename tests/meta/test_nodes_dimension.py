@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -17,8 +16,10 @@ from pathlib import Path
 import pytest
 
 from harness.report import FILTERED_OUT
+from harness.system.load import LOAD_SCALE_MAX
 from harness.system.modules import module_installed
 from harness.system.nodes import unavailable_reason
+from tests.bounded import run_bounded
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -157,6 +158,11 @@ ACROSS_NODES = {
     "ray_leaves_shm_on_nodes": "c1_blocking",
     "ray_undeclared_listeners": "test_c23_",
 }
+#: The bound of their one run: it takes about 240 s alone here (2 CPUs), 720 s
+#: beside make test's other jobs; every wait in it (start-ups, SPEC's bounds)
+#: stretches up to LOAD_SCALE_MAX times with the load, and the run may need
+#: as much (CI killed a fixed 1500 s bound, with 6 jobs beside it).
+ACROSS_NODES_BOUND_S = 400 * LOAD_SCALE_MAX
 needs_nodes = [
     pytest.mark.skipif(unavailable_reason() is not None, reason=f"simulated nodes: {unavailable_reason()}"),
     pytest.mark.skipif(not module_installed("ray"), reason="ray is not installed"),
@@ -167,32 +173,34 @@ def across(test: Callable[..., None]) -> Callable[..., None]:
     """A test of the shared multi-node run: where nodes can be simulated, with a
     bound for the whole run (the first test to ask waits for all of it). Marked
     ``nodes``: make test runs them in test-nodes, beside the other side jobs."""
-    for mark in (*needs_nodes, pytest.mark.timeout(1800), pytest.mark.nodes):
+    for mark in (*needs_nodes, pytest.mark.timeout(ACROSS_NODES_BOUND_S + 300), pytest.mark.nodes):
         test = mark(test)
     return test
 
 
 @pytest.fixture(scope="module")
-def across_nodes(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], dict]:
+def across_nodes(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, dict]:
     """One ``conform`` of every broken backend of ``ACROSS_NODES`` at world size
     4 on 2 simulated nodes (one cluster for all), each on its own tests; its
-    result and its report's clauses."""
+    exit code, its output (``-v``: a run killed at its bound names the tests
+    it finished and the one it was in) and its report's clauses."""
     report = tmp_path_factory.mktemp("nodes") / "report.json"
     backends = ",".join(f"tests.meta.broken:{b}" for b in ACROSS_NODES)
     k = " or ".join(f"(tests.meta.broken:{b}-ws4 and ({k}))" for b, k in ACROSS_NODES.items())
     env = {n: v for n, v in os.environ.items() if n != "RAY_ADDRESS"}
-    done = subprocess.run(
+    code, out = run_bounded(
         [sys.executable, "-m", "harness", "conform", "--backend", backends,
-         "--world-size", "4", "--nodes", "2", "--require-nodes", "-k", k, "--report-json", str(report)],
-        cwd=ROOT, capture_output=True, text=True, timeout=1500, check=False, env=env,
+         "--world-size", "4", "--nodes", "2", "--require-nodes", "-k", k, "--report-json", str(report),
+         "-v", "--durations=12"],
+        bound_s=ACROSS_NODES_BOUND_S, what="the conform run of the broken backends across nodes", cwd=ROOT, env=env,
     )  # fmt: skip
-    assert report.exists(), done.stdout[-3000:] + done.stderr[-2000:]
-    return done, json.loads(report.read_text())["clauses"]
+    assert report.exists(), out[-5000:]
+    return code, out, json.loads(report.read_text())["clauses"]
 
 
-def _cell(across_nodes: tuple[subprocess.CompletedProcess[str], dict], clause: str, backend: str) -> dict:
-    done, clauses = across_nodes
-    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
+def _cell(across_nodes: tuple[int, str, dict], clause: str, backend: str) -> dict:
+    code, out, clauses = across_nodes
+    assert code == 1, out[-5000:]
     return clauses[clause][f"tests.meta.broken:{backend} ws4 cpu 2 nodes"]  # type: ignore[no-any-return]
 
 
@@ -201,7 +209,7 @@ def _outcomes(cell: dict) -> dict[str, str]:
     return {t["test"]: t["outcome"] for t in cell["tests"] if t["note"] != FILTERED_OUT}
 
 
-def _assert_passed(across_nodes: tuple[subprocess.CompletedProcess[str], dict], clause: str, backend: str) -> None:
+def _assert_passed(across_nodes: tuple[int, str, dict], clause: str, backend: str) -> None:
     """The tests of ``clause`` that ran for ``backend`` (at least one) all passed
     (its cell reads "not run" where others were filtered out); else the cell, whose notes say why."""
     cell = _cell(across_nodes, clause, backend)
