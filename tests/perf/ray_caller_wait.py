@@ -10,7 +10,10 @@ of this machine, with executors at world size 2, it prints:
 - how long CPU-bound work (one busy process per CPU) takes beside an idle
   executor of each kind, against the same work on a quiet machine: the idle
   ranks of a compiled graph spin on their input in Ray's own loop, and the
-  rest of the machine pays for it.
+  rest of the machine pays for it;
+- how long the caller's 32 greedy steps of C16's dense decoder take on
+  torch's pool of a thread per CPU and on one thread, quiet and beside an
+  idle graph at world size 1 (the suite's references run on one thread).
 
 README, "`ray` against `mp`", quotes these figures.
 """
@@ -49,6 +52,45 @@ def busy_work_s() -> float:
     return float(took)
 
 
+def dense_greedy_s(threads: int) -> float:
+    """Seconds of 32 greedy steps of C16's dense decoder (ws 2's shape) in this
+    process, on ``threads`` torch threads."""
+    import torch
+
+    from harness.conformance import models
+
+    shape = models.DecoderShape.for_world_size(2)
+    w, prompt = models.decoder_weights(0, shape, "float32"), models.decoder_prompt(0, shape)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        started = time.monotonic()
+        # The reference without dense_decoder's one-thread guard, which this measures.
+        models.greedy_decode(lambda ids: models._dense_decoder(w, shape, ids)["logits"], prompt, 32)
+        return time.monotonic() - started
+    finally:
+        torch.set_num_threads(before)
+
+
+def torch_pool_beside_idle_graph(create: Any, config: Any) -> None:
+    pool = os.cpu_count() or 1
+    quiet = {n: dense_greedy_s(n) for n in (pool, 1)}
+    with create(config) as ex:
+        ex.collective_rpc(probes_rank())
+        beside = {n: dense_greedy_s(n) for n in (pool, 1)}
+    for n in (pool, 1):
+        print(
+            f"caller's dense greedy decode, {n} torch thread(s): {quiet[n]:6.2f} s quiet, "
+            f"{beside[n]:6.2f} s beside an idle ray graph at ws 1 ({beside[n] / quiet[n]:.1f}x)"
+        )
+
+
+def probes_rank() -> Any:
+    from harness.conformance import probes
+
+    return probes.rank
+
+
 def main() -> None:
     from harness.executors.ray import local_cluster
 
@@ -77,6 +119,7 @@ def main() -> None:
             print(f"the same beside an idle {name} executor (ws 2): {beside:6.2f} s ({beside / quiet:.1f}x)")
         again = busy_work_s()
         print(f"quiet machine again: {again:6.2f} s")
+        torch_pool_beside_idle_graph(create, ExecutorConfig(1))
 
 
 if __name__ == "__main__":
