@@ -73,22 +73,18 @@ def dense_greedy_s(threads: int) -> float:
 
 
 def torch_pool_beside_idle_graph(create: Any, config: Any) -> None:
+    from harness.conformance import probes
+
     pool = os.cpu_count() or 1
     quiet = {n: dense_greedy_s(n) for n in (pool, 1)}
     with create(config) as ex:
-        ex.collective_rpc(probes_rank())
+        ex.collective_rpc(probes.rank)
         beside = {n: dense_greedy_s(n) for n in (pool, 1)}
     for n in (pool, 1):
         print(
             f"caller's dense greedy decode, {n} torch thread(s): {quiet[n]:6.2f} s quiet, "
             f"{beside[n]:6.2f} s beside an idle ray graph at ws 1 ({beside[n] / quiet[n]:.1f}x)"
         )
-
-
-def probes_rank() -> Any:
-    from harness.conformance import probes
-
-    return probes.rank
 
 
 def main() -> None:
