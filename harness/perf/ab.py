@@ -1,14 +1,19 @@
-"""A/B runs: two sides measured in one run, interleaved, judged by ``stats.compare``.
+"""A/B runs: two sides measured in one run, round by round, judged by ``stats.compare``.
 
 For noisy, shared machines (CI): what the machine does during the run falls on
-both sides alike, so a difference between them is the sides'. A gate fails
+both sides alike, so a difference between them is the sides'. Only one side
+is alive while a batch is measured, so what a side does beside its calls (a
+spinning thread) falls on that side alone::
+
+    round r:  start A ─► warm up, measure a batch ─► shut A down
+              start B ─► warm up, measure a batch ─► shut B down   (B first in odd rounds)
+    rounds' medians of A and of B ─► stats.compare, metric by metric A gate fails
 when B is significantly slower than A on the chosen workload's headline metric
 (``--benchmark-compare-fail`` in pytest-benchmark's terms).
 """
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -72,21 +77,31 @@ def run_ab(
     alpha: float = 0.01,
     min_effect: float = 0.03,
     progress: Callable[[str], None] | None = None,
-    fresh: bool = True,
 ) -> ABResult:
     """``rounds`` rounds; in each, both sides measured one after the other
-    (order alternating), ``reps`` steps each (default: the workload's
-    ``default_reps``) after ``warmup``. Every metric is
-    judged B against A on the rounds' medians, not on single steps.
+    (order alternating), each on an executor of its own started for that
+    round and shut down before the other side's starts: ``reps`` steps after
+    ``warmup``. Every metric is judged B against A on the rounds' medians,
+    not on single steps.
+
+    Why one side alive at a time: a regression that lives beside the calls
+    rather than in them (a thread spinning on a reply queue from the
+    executor's creation to its shutdown, a busy monitor, a heartbeat) takes
+    the cores and the GIL from whatever else runs in the process. With both
+    sides' executors alive at once, it slowed A's batches as much as B's and
+    cancelled out: the seed's regression read "no change".
 
     Why rounds, not steps: one executor's steps share its processes' placement
     and state, so two executors of the same backend differ by a few percent
     for the whole of their lives. Steps of one executor are not independent
     samples; a test over them calls that executor effect significant (3 false
-    alarms in 20 A/B runs of ``mp`` against itself, measured). With
-    ``fresh`` (the default), each round starts new executors for both sides,
-    so the executor effect is part of each round's noise, and the rounds are
-    the independent samples the statistics assume."""
+    alarms in 20 A/B runs of ``mp`` against itself, measured). Each round
+    starts new executors, so the executor effect is part of each round's
+    noise, and the rounds are the independent samples the statistics assume.
+
+    The workload is calibrated (``Workload.calibrate``) before the first
+    executor starts, with nothing of either side running, and both sides
+    get that calibration."""
     la, lb = labels_for([a.text, b.text])
     w = make_workload()
     gate = gate or w.metrics[0]
@@ -95,34 +110,31 @@ def run_ab(
     kwargs: dict[str, Any] = {"reps": reps or w.default_reps, "warmup": warmup}
     if progress is not None:
         kwargs["progress"] = progress
+    w.calibrate()
     samples: dict[str, Samples] = {la: {}, lb: {}}
     per_round: dict[str, Samples] = {la: {}, lb: {}}
     sides = {la: a, lb: b}
-    for r in range(rounds if fresh else 1):
-        order = [la, lb] if r % 2 == 0 else [lb, la]
-        with contextlib.ExitStack() as stack:
-            executors = {label: stack.enter_context(open_side(sides[label], world_size)) for label in order}
-            got = run_rounds(executors, w, world_size, rounds=1 if fresh else rounds, **kwargs)
-        for label in (la, lb):
-            merge(samples[label], got[label])
-            if fresh:
-                merge(per_round[label], {m: [statistics.median(v)] for m, v in got[label].items() if v})
-    judged = per_round if fresh else samples
+    for r in range(rounds):
+        for label in [la, lb] if r % 2 == 0 else [lb, la]:
+            with open_side(sides[label], world_size) as ex:
+                got = run_rounds({label: ex}, w, world_size, rounds=1, **kwargs)[label]
+            merge(samples[label], got)
+            merge(per_round[label], {m: [statistics.median(v)] for m, v in got.items() if v})
     verdicts = {
         metric: compare(
-            judged[la][metric],
-            judged[lb][metric],
+            per_round[la][metric],
+            per_round[lb][metric],
             metric,
             f"A side: {a.text}",
             alpha=alpha,
             min_effect=min_effect,
         )
         for metric in w.metrics
-        if len(judged[la].get(metric, [])) >= MIN_SAMPLES and len(judged[lb].get(metric, [])) >= MIN_SAMPLES
+        if len(per_round[la].get(metric, [])) >= MIN_SAMPLES and len(per_round[lb].get(metric, [])) >= MIN_SAMPLES
     }
     if gate not in verdicts:
         raise ValueError(
-            f"gate metric {gate!r} has {len(judged[la].get(gate, []))} samples per side: "
+            f"gate metric {gate!r} has {len(per_round[la].get(gate, []))} samples per side: "
             f"too few to judge (at least {MIN_SAMPLES}); run more rounds"
         )
     return ABResult(w.name, world_size, a.text, b.text, samples, verdicts, gate, load_per_cpu())

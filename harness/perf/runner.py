@@ -5,11 +5,12 @@ A side is a backend spec as the suite accepts it (``mp``, ``ray``,
 ``@``: ``mp@start_method=spawn``, ``mp@env.OMP_NUM_THREADS=1``. Two sides of
 one backend with two settings are an A/B run of that setting.
 
-An A/B run holds both sides' executors at once and measures them in
-alternating batches (A B, then B A, ...), so that what the machine does
-meanwhile (another job, a frequency change) falls on both sides alike: the
-comparison is within the run, which is what makes it usable on shared CI
-machines. A run against a stored baseline has one side.
+``run_rounds`` measures the executors it is handed in alternating batches
+(A B, then B A, ...). An A/B run (``harness.perf.ab``) hands it one side's
+executor at a time, started afresh each round, so that what the machine does
+meanwhile (another job, a frequency change) falls on both sides alike while
+what one side does beside its calls falls on that side only. A run against a
+stored baseline has one side.
 """
 
 from __future__ import annotations

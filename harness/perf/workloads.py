@@ -62,6 +62,10 @@ class Workload(Protocol):
     #: or it is all the warming up that follows the pause before it.
     default_reps: int
 
+    def calibrate(self) -> None:
+        """Once per run, before any executor starts: fix the work a step does
+        on this machine (a no-op for workloads with nothing to calibrate)."""
+
     def prepare(self, ex: Any, world_size: int) -> None:
         """Once per executor, before its warm-up: what the steps need on the workers."""
 
@@ -93,6 +97,9 @@ def time_calls(call: Callable[[], Any], reps: int, warmup: int = 0) -> list[floa
 @dataclass
 class _EmptyCalls:
     """A workload of empty calls: nothing to set up on the workers, no parameters to keep."""
+
+    def calibrate(self) -> None:
+        pass
 
     def prepare(self, ex: Any, world_size: int) -> None:
         ex.collective_rpc(_probes.noop)
@@ -218,17 +225,20 @@ class EngineStep:
     name: str = "engine-step"
     metrics: tuple[str, ...] = ("step", "caller CPU", "workers CPU")
     default_reps: int = 25
-    #: Calibrated once per process, and kept: both sides of an A/B run get the same work.
+    #: Calibrated once (``calibrate``, or the first ``prepare``), and kept: both sides of an A/B run get the same work.
     iterations: int | None = None
     _key: str = field(default="", init=False)
     _scheduler: Scheduler | None = field(default=None, init=False)
+
+    def calibrate(self) -> None:
+        if self.iterations is None:
+            self.iterations = calibrate_work(self.caller_work_s)
 
     def prepare(self, ex: Any, world_size: int) -> None:
         hidden = self.dims[1]
         if hidden % world_size:
             raise ValueError(f"engine-step: hidden width {hidden} is not divisible by world size {world_size}")
-        if self.iterations is None:
-            self.iterations = calibrate_work(self.caller_work_s)
+        self.calibrate()
         self._key = f"engine-step-{id(self)}"
         if self._scheduler is None:
             self._scheduler = Scheduler()

@@ -1,13 +1,16 @@
 """How often the A/B mode flags a slowdown: the figures of the perf tier's power.
 
-    python tests/perf/power.py [--runs 20] [--world-size 1] [--delays 0.02,0.05,0.1] [--rows self,seed,delayed]
+    python tests/perf/power.py [--runs 20] [--world-size 1] [--delays 0.02,0.05,0.1] [--rows self,seed,beside,delayed]
 
 For each B side, ``--runs`` A/B runs of the simulated engine step (A: plain
 ``mp``, fork; world size 1 by default, as ``test_power.py``), and how many
-flagged B slower:
+flagged B slower, on the step's time and on the caller's CPU per step:
 
 - ``mp`` against itself: the false-alarm rate;
 - the seed's regression (``regressed:spinning_reply_thread``): the detection rate;
+- the seed's regression beside the calls (``regressed:spinning_beside``: a
+  thread polling from the executor's start to its shutdown): the detection
+  rate of a cost that is not in any call;
 - ``regressed:delayed`` slowed by each fraction of the step's median (measured
   first, in this run): the smallest slowdown the mode detects reliably.
 
@@ -26,18 +29,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # `tests.perf.regr
 
 from harness.perf.ab import run_ab
 from harness.perf.runner import open_side, parse_side, run_rounds
+from harness.perf.stats import SLOWER
 from harness.perf.workloads import EngineStep
 
 PLAIN = "mp@start_method=fork"
 SIZES = {"rounds": 40, "reps": 25, "warmup": 10}  # as tests/perf/test_power.py
 
 
-def _rate(b: str, runs: int, world_size: int) -> tuple[int, list[float]]:
-    flagged, ratios = 0, []
+#: The metrics whose rates are printed: the step (the default gate) and the caller's CPU per step.
+METRICS = ("step", "caller CPU")
+
+
+def _rate(b: str, runs: int, world_size: int) -> tuple[dict[str, int], dict[str, list[float]]]:
+    """How many of ``runs`` A/B runs flagged B slower on each metric, and the ratios."""
+    flagged = dict.fromkeys(METRICS, 0)
+    ratios: dict[str, list[float]] = {m: [] for m in METRICS}
     for _ in range(runs):
         r = run_ab(parse_side(PLAIN), parse_side(b), EngineStep, world_size, **SIZES)
-        flagged += r.b_is_slower
-        ratios.append(r.verdicts[r.gate].ratio)
+        for metric in METRICS:
+            flagged[metric] += r.verdicts[metric].decision == SLOWER
+            ratios[metric].append(r.verdicts[metric].ratio)
     return flagged, ratios
 
 
@@ -47,7 +58,7 @@ def main() -> None:
     p.add_argument("--world-size", type=int, default=1)
     p.add_argument("--rounds", type=int, default=SIZES["rounds"], help="rounds per A/B run")
     p.add_argument("--delays", default="0.02,0.05,0.1", help="fractions of the step's median")
-    p.add_argument("--rows", default="self,seed,delayed", help="which rows, of self, seed, delayed")
+    p.add_argument("--rows", default="self,seed,beside,delayed", help="which rows, of self, seed, beside, delayed")
     args = p.parse_args()
     ws, wanted = args.world_size, set(args.rows.split(","))
     SIZES["rounds"] = args.rounds
@@ -60,6 +71,8 @@ def main() -> None:
         rows.append(("mp against itself", PLAIN))
     if "seed" in wanted:
         rows.append(("seed's regression", "tests.perf.regressed:spinning_reply_thread"))
+    if "beside" in wanted:
+        rows.append(("spinning beside calls", "tests.perf.regressed:spinning_beside"))
     for fraction in (float(f) for f in args.delays.split(",")) if "delayed" in wanted else ():
         delay = fraction * step
         rows.append((f"delayed +{fraction:.0%}", f"tests.perf.regressed:delayed@env.HARNESS_PERF_DELAY_S={delay:.6f}"))
@@ -67,11 +80,11 @@ def main() -> None:
         b = spec if "start_method" in spec else spec + ("," if "@" in spec else "@") + "start_method=fork"
         t0 = time.monotonic()
         flagged, ratios = _rate(b, args.runs, ws)
-        print(
-            f"{label:22} flagged slower in {flagged:2d} of {args.runs}; median ratio {statistics.median(ratios):.3f}; "
-            f"{(time.monotonic() - t0) / args.runs:.1f} s per A/B run",
-            flush=True,
+        rates = "; ".join(
+            f"{m} flagged slower in {flagged[m]:2d} of {args.runs}, median ratio {statistics.median(ratios[m]):.3f}"
+            for m in METRICS
         )
+        print(f"{label:22} {rates}; {(time.monotonic() - t0) / args.runs:.1f} s per A/B run", flush=True)
 
 
 if __name__ == "__main__":

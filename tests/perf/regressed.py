@@ -13,20 +13,31 @@
   workers' step (the engine step submits, then schedules), and a 1 ms delay on
   a 2.2 ms step read +9 %, not flagged. Set it per side:
   ``...:delayed@env.HARNESS_PERF_DELAY_S=0.0001``.
+- ``spinning_beside``: the seed's regression as it shipped, beside the calls
+  rather than in them: a caller-side thread that busy-polls (a look in
+  Python, then a yield of the CPU) from the executor's creation to its
+  shutdown, whether a call is pending or not. The calls themselves are the
+  inner backend's, untouched. The inner backend is ``mp`` unless the
+  executor's env names another (``HARNESS_PERF_INNER``, any spec the suite
+  accepts): ``...:spinning_beside@env.HARNESS_PERF_INNER=vllm-mp`` puts it
+  beside vLLM's ``MultiprocExecutor``.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import queue
 import threading
 import time
 from typing import Any
 
 from harness import ExecutorConfig
+from harness.backends import load_backend
 from tests.meta.broken import _Wrapper
 
 DELAY_ENV = "HARNESS_PERF_DELAY_S"
+INNER_ENV = "HARNESS_PERF_INNER"
 # Python-level iterations between two polls of the reply channel (tens of microseconds).
 _SPIN_BETWEEN_POLLS = 500
 
@@ -126,6 +137,52 @@ class _LateFuture(concurrent.futures.Future[Any]):
                 _spin(self._delay_s)
                 self.set_result(value)
         return super().result(0)
+
+
+#: Python-level iterations of one look at the reply queue (a few microseconds).
+_LOOK = 200
+
+
+class SpinningBeside:
+    """The inner backend's executor, and beside it a thread polling from start to shutdown."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        spec = dict(config.env).get(INNER_ENV, "mp")
+        self.inner = load_backend(spec, where=f"{INNER_ENV} in the executor's env").factory(config)
+        self.world_size = config.world_size
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, name="reply-poller", daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            for _ in range(_LOOK):  # the look: Python, holding the GIL
+                pass
+            os.sched_yield()  # the "polite" part: lets go of the GIL and the CPU, and looks again at once
+
+    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
+        return self.inner.collective_rpc(*a, **kw)
+
+    def check_health(self) -> None:
+        self.inner.check_health()
+
+    def register_failure_callback(self, callback: Any) -> None:
+        self.inner.register_failure_callback(callback)
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self.inner.shutdown()
+
+    def __enter__(self) -> SpinningBeside:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+def spinning_beside(config: ExecutorConfig) -> SpinningBeside:
+    return SpinningBeside(config)
 
 
 def spinning_reply_thread(config: ExecutorConfig) -> SpinningReplyThread:

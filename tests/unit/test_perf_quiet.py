@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -13,27 +15,41 @@ from harness.perf._quiet import wait_for_quiet
 class Machine:
     """/proc/stat as a script: each window's busy CPUs, on a fake clock."""
 
-    def __init__(self, busy_cpus: list[float], cpus: int = 2, tick_per_s: float = 100.0) -> None:
+    def __init__(
+        self, busy_cpus: list[float], cpus: int = 2, tick_per_s: float = 100.0, own_cpus: float = 0.0
+    ) -> None:
         self.busy_cpus = list(busy_cpus)
         self.cpus = cpus
         self.tick_per_s = tick_per_s
+        #: CPUs the caller's own threads keep busy, all along (part of busy_cpus).
+        self.own_cpus = own_cpus
         self.now = 0.0
         self.busy = 0.0
+        self.own = 0.0
         self.total = 0.0
         self.slept: list[float] = []
 
     def sleep(self, s: float) -> None:
         self.slept.append(s)
         self.now += s
-        load = self.busy_cpus.pop(0) if self.busy_cpus else 0.0
+        load = self.busy_cpus.pop(0) if self.busy_cpus else self.own_cpus
         self.busy += load * s * self.tick_per_s
+        self.own += self.own_cpus * s * self.tick_per_s
         self.total += self.cpus * s * self.tick_per_s
 
     def read(self) -> tuple[float, float]:
         return self.busy, self.total
 
     def wait(self, min_s: float = 0.05, max_s: float = 2.0) -> float:
-        return wait_for_quiet(min_s, max_s, read=self.read, sleep=self.sleep, clock=lambda: self.now, cpus=self.cpus)
+        return wait_for_quiet(
+            min_s,
+            max_s,
+            read=self.read,
+            sleep=self.sleep,
+            clock=lambda: self.now,
+            cpus=self.cpus,
+            own=lambda: self.own,
+        )
 
 
 def test_a_quiet_machine_costs_one_window_after_the_pause() -> None:
@@ -52,6 +68,22 @@ def test_a_machine_that_never_goes_quiet_is_waited_for_at_most_the_bound() -> No
     m = Machine([2.0] * 1000)
     waited = m.wait(min_s=0.05, max_s=0.5)
     assert waited == pytest.approx(0.45, abs=_quiet._WINDOW_S)
+
+
+def test_the_callers_own_threads_do_not_keep_it_waiting() -> None:
+    # A side whose caller-side thread spins beside its calls (the seed's
+    # regression) never leaves the machine quiet; that thread runs during
+    # the batch whatever the wait, so the wait is for other processes only.
+    m = Machine([2.0] + [1.9] * 20 + [1.0] * 1000, own_cpus=1.0)  # workers spin a second, the caller's thread always
+    assert m.wait() == pytest.approx(21 * _quiet._WINDOW_S)
+
+
+def test_own_cpu_ticks_count_this_processs_threads() -> None:
+    before = _quiet.own_cpu_ticks()
+    end = time.process_time() + 0.05
+    while time.process_time() < end:
+        pass
+    assert _quiet.own_cpu_ticks() - before >= 0.05 * os.sysconf("SC_CLK_TCK") * 0.99
 
 
 def test_without_proc_stat_only_the_pause_is_taken() -> None:

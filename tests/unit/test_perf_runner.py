@@ -147,6 +147,8 @@ def test_a_missing_extra_is_refused_before_the_first_round_with_the_install_comm
 # ---- A/B runs: fresh executors each round, judged on the rounds' medians ----
 
 CREATED: list[tuple[str, int]] = []
+#: The fake executors started and not yet shut down.
+ALIVE: list[Any] = []
 
 
 class _FakeExecutor:
@@ -156,9 +158,10 @@ class _FakeExecutor:
         self.world_size = config.world_size
         self.step_s = float(dict(config.env)["STEP_S"])
         CREATED.append((dict(config.env)["STEP_S"], len(CREATED)))
+        ALIVE.append(self)
 
     def shutdown(self) -> None:
-        pass
+        ALIVE.remove(self)
 
 
 def fake(config: Any) -> _FakeExecutor:
@@ -171,12 +174,19 @@ class _Steps:
 
     def __init__(self) -> None:
         self.calls = 0
+        #: Executors alive when calibrate() ran, and beside each measured batch.
+        self.alive_at_calibration: int | None = None
+        self.alive_beside: list[int] = []
+
+    def calibrate(self) -> None:
+        self.alive_at_calibration = len(ALIVE)
 
     def prepare(self, ex: Any, world_size: int) -> None:
         pass
 
     def measure(self, ex: Any, world_size: int, reps: int) -> Samples:
         self.calls += 1
+        self.alive_beside.append(len(ALIVE))
         # A little spread, the same on both sides, so the statistics have something to weigh.
         return {"step": [ex.step_s * (1 + 0.01 * ((self.calls + i) % 3)) for i in range(reps)]}
 
@@ -197,8 +207,29 @@ def test_an_ab_run_starts_both_sides_afresh_each_round_and_judges_the_rounds() -
     assert v.decision == SLOWER and result.b_is_slower, v.message
     assert (v.n_a, v.n_b) == (6, 6), "judged on the 6 rounds' medians, not the 30 steps"
     assert len(result.samples[next(iter(result.samples))]["step"]) == 30
+    assert not ALIVE, "every side's executor is shut down"
     same = run_ab(a, a, _Steps, 1, rounds=6, reps=5, warmup=0, progress=lambda s: None)
     assert same.verdicts["step"].decision == NO_CHANGE, same.verdicts["step"].message
+
+
+def test_an_ab_run_measures_each_batch_with_only_its_own_sides_executor_alive() -> None:
+    # What a side does beside its calls (the seed's spinning thread, from the
+    # executor's creation to its shutdown) must not slow the other side's batches.
+    from harness.perf.ab import run_ab
+
+    workloads: list[_Steps] = []
+
+    def make() -> _Steps:
+        workloads.append(_Steps())
+        return workloads[-1]
+
+    a = parse_side("tests.unit.test_perf_runner:fake@env.STEP_S=0.001")
+    b = parse_side("tests.unit.test_perf_runner:fake@env.STEP_S=0.0012")
+    run_ab(a, b, make, 1, rounds=6, reps=5, warmup=2, progress=lambda s: None)
+    (w,) = workloads
+    assert w.alive_beside == [1] * 24, "a warm-up and a batch per side per round, each beside no other executor"
+    assert w.alive_at_calibration == 0, "calibrated before any side's executor started"
+    assert not ALIVE
 
 
 def test_an_ab_run_on_a_busy_machine_says_a_no_change_may_hide_a_change() -> None:
