@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from harness.perf.runner import Side, labels_for, open_side, run_rounds
+from harness.perf.runner import SETTLE_S, Side, labels_for, open_side, run_rounds
 from harness.perf.stats import MIN_SAMPLES, NO_CHANGE, SLOWER, Verdict, compare
 from harness.perf.workloads import Samples, Workload, merge
 from harness.system.load import load_per_cpu
@@ -77,6 +77,7 @@ def run_ab(
     alpha: float = 0.01,
     min_effect: float = 0.03,
     progress: Callable[[str], None] | None = None,
+    settle_s: float = SETTLE_S,
 ) -> ABResult:
     """``rounds`` rounds; in each, both sides measured one after the other
     (order alternating), each on an executor of its own started for that
@@ -101,13 +102,14 @@ def run_ab(
 
     The workload is calibrated (``Workload.calibrate``) before the first
     executor starts, with nothing of either side running, and both sides
-    get that calibration."""
+    get that calibration. ``settle_s``: the pause before each batch
+    (``run_rounds``; 0 skips the wait for quiet CPUs too)."""
     la, lb = labels_for([a.text, b.text])
     w = make_workload()
     gate = gate or w.metrics[0]
     if gate not in w.metrics:
         raise ValueError(f"gate metric {gate!r}: workload {w.name!r} measures {', '.join(w.metrics)}")
-    kwargs: dict[str, Any] = {"reps": reps or w.default_reps, "warmup": warmup}
+    kwargs: dict[str, Any] = {"reps": reps or w.default_reps, "warmup": warmup, "settle_s": settle_s}
     if progress is not None:
         kwargs["progress"] = progress
     w.calibrate()

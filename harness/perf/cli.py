@@ -5,7 +5,8 @@
     harness bench --workload engine-step --backend mp --world-size 2 --update-baseline
         measure and store the baseline of this machine's fingerprint
     harness bench --compare A B [--workload engine-step] [--gate METRIC]
-        both sides in one run, interleaved; exit 1 when B is significantly slower
+        both sides in one run, round by round, one side's executor alive at a time;
+        exit 1 when B is significantly slower
     harness bench --curves payload,world-size --backend mp [--plot costs.png]
         how the round trip grows with the payload (next to a plain copy) and
         with the world size; notes where cost grows faster than the work

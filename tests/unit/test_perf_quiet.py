@@ -15,9 +15,7 @@ from harness.perf._quiet import wait_for_quiet
 class Machine:
     """/proc/stat as a script: each window's busy CPUs, on a fake clock."""
 
-    def __init__(
-        self, busy_cpus: list[float], cpus: int = 2, tick_per_s: float = 100.0, own_cpus: float = 0.0
-    ) -> None:
+    def __init__(self, busy_cpus: list[float], cpus: int = 2, tick_per_s: float = 100.0, own_cpus: float = 0.0) -> None:
         self.busy_cpus = list(busy_cpus)
         self.cpus = cpus
         self.tick_per_s = tick_per_s

@@ -82,7 +82,7 @@ class _Counting:
 
 def test_rounds_alternate_the_sides_after_each_warm_up() -> None:
     w = _Counting()
-    out = run_rounds({"A": "a", "B": "b"}, w, 2, rounds=3, reps=4, warmup=2, progress=lambda s: None)
+    out = run_rounds({"A": "a", "B": "b"}, w, 2, rounds=3, reps=4, warmup=2, progress=lambda s: None, settle_s=0)
     assert w.order == ["a", "b", "a", "b", "b", "a", "a", "b"]  # warm-ups, then A B, B A, A B
     assert w.prepared == ["a", "b"] and w.finished == ["a", "b"]
     assert {k: len(v["t"]) for k, v in out.items()} == {"A": 12, "B": 12}
@@ -201,14 +201,14 @@ def test_an_ab_run_starts_both_sides_afresh_each_round_and_judges_the_rounds() -
     CREATED.clear()
     a = parse_side("tests.unit.test_perf_runner:fake@env.STEP_S=0.001")
     b = parse_side("tests.unit.test_perf_runner:fake@env.STEP_S=0.0012")
-    result = run_ab(a, b, _Steps, 1, rounds=6, reps=5, warmup=0, progress=lambda s: None)
+    result = run_ab(a, b, _Steps, 1, rounds=6, reps=5, warmup=0, progress=lambda s: None, settle_s=0)
     assert [s for s, _ in CREATED] == ["0.001", "0.0012", "0.0012", "0.001"] * 3  # A B, then B A
     v = result.verdicts["step"]
     assert v.decision == SLOWER and result.b_is_slower, v.message
     assert (v.n_a, v.n_b) == (6, 6), "judged on the 6 rounds' medians, not the 30 steps"
     assert len(result.samples[next(iter(result.samples))]["step"]) == 30
     assert not ALIVE, "every side's executor is shut down"
-    same = run_ab(a, a, _Steps, 1, rounds=6, reps=5, warmup=0, progress=lambda s: None)
+    same = run_ab(a, a, _Steps, 1, rounds=6, reps=5, warmup=0, progress=lambda s: None, settle_s=0)
     assert same.verdicts["step"].decision == NO_CHANGE, same.verdicts["step"].message
 
 
@@ -225,7 +225,7 @@ def test_an_ab_run_measures_each_batch_with_only_its_own_sides_executor_alive() 
 
     a = parse_side("tests.unit.test_perf_runner:fake@env.STEP_S=0.001")
     b = parse_side("tests.unit.test_perf_runner:fake@env.STEP_S=0.0012")
-    run_ab(a, b, make, 1, rounds=6, reps=5, warmup=2, progress=lambda s: None)
+    run_ab(a, b, make, 1, rounds=6, reps=5, warmup=2, progress=lambda s: None, settle_s=0)
     (w,) = workloads
     assert w.alive_beside == [1] * 24, "a warm-up and a batch per side per round, each beside no other executor"
     assert w.alive_at_calibration == 0, "calibrated before any side's executor started"
@@ -253,7 +253,7 @@ def test_an_ab_run_with_too_few_rounds_says_so() -> None:
 
     a = parse_side("tests.unit.test_perf_runner:fake@env.STEP_S=0.001")
     with pytest.raises(ValueError, match=r"gate metric 'step' has 3 samples per side: too few to judge \(at least 5\)"):
-        run_ab(a, a, _Steps, 1, rounds=3, reps=5, warmup=0, progress=lambda s: None)
+        run_ab(a, a, _Steps, 1, rounds=3, reps=5, warmup=0, progress=lambda s: None, settle_s=0)
 
 
 def test_a_list_of_sides_keeps_each_sides_settings_together() -> None:
