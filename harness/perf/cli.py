@@ -85,12 +85,22 @@ def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from harness.perf.runner import parse_side
 
     try:
-        _workloads(args)
+        makes = _workloads(args)
         _curves(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    try:
         for text in args.compare or []:
             load_backend(parse_side(text, "--compare").spec, where="--compare")
     except (ImportError, ValueError, TypeError) as exc:
-        parser.error(f"argument --compare: {exc}" if args.compare else str(exc))
+        parser.error(f"argument --compare: {exc}")
+    for make in makes if args.gate is not None else []:
+        w = make()
+        if args.gate not in w.metrics:
+            parser.error(
+                f"argument --gate: {args.gate!r} is not a metric of workload {w.name!r}: "
+                f"it measures {', '.join(repr(m) for m in w.metrics)}"
+            )
     for name in ("rounds", "reps"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"argument --{name}: expected at least 1, got {getattr(args, name)}")

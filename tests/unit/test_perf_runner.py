@@ -105,6 +105,14 @@ def test_two_identical_sides_get_distinct_labels() -> None:
         (["--curves", "bandwidth"], "unknown curve 'bandwidth' from --curves: expected one of payload, world-size"),
         (["--curves", ","], "--curves ',' names no curve"),
         (["--curves", "payload", "--compare", "mp", "mp"], "--curves measures each backend on its own"),
+        # A gate no workload measures is bad input (2), never "B is slower" (1).
+        (
+            ["--workload", "round-trip", "--compare", "mp", "mp", "--gate", "bogus"],
+            "argument --gate: 'bogus' is not a metric of workload 'round-trip': it measures 'latency'",
+        ),
+        (["--workload", "engine-step,round-trip", "--gate", "step"], "'step' is not a metric of workload 'round-trip'"),
+        # A bad workload beside --compare is named as --workload's, not --compare's.
+        (["--workload", "warp", "--compare", "mp", "mp"], "error: unknown workload 'warp' from --workload"),
     ],
 )
 def test_bench_refuses_bad_input_before_starting_anything(
