@@ -104,7 +104,7 @@ test-vllm-full:
 ## The A/B mode against vLLM's MultiprocExecutor (tests/vllm/test_ab_power.py):
 ## vLLM with the seed's regression beside its calls (a thread polling from its
 ## start to its shutdown) flagged slower, vLLM against itself judged no change.
-## Each round starts vLLM twice: about 20 minutes on 2 cores, so not in make
+## Each round starts vLLM twice: about 16 minutes on 2 cores, so not in make
 ## test; run it alone, on a quiet machine.
 VLLM_PERF_TESTS := tests/vllm/test_ab_power.py
 vllm-perf: $(VLLM_STAMP)

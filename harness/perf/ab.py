@@ -1,15 +1,15 @@
 """A/B runs: two sides measured in one run, round by round, judged by ``stats.compare``.
 
 For noisy, shared machines (CI): what the machine does during the run falls on
-both sides alike, so a difference between them is the sides'. Only one side
-is alive while a batch is measured, so what a side does beside its calls (a
+both sides alike, so a difference between them is the sides'. A gate fails
+when B is significantly slower than A on the chosen workload's headline metric
+(``--benchmark-compare-fail`` in pytest-benchmark's terms). Only one side is
+alive while a batch is measured, so what a side does beside its calls (a
 spinning thread) falls on that side alone::
 
     round r:  start A ─► warm up, measure a batch ─► shut A down
               start B ─► warm up, measure a batch ─► shut B down   (B first in odd rounds)
-    rounds' medians of A and of B ─► stats.compare, metric by metric A gate fails
-when B is significantly slower than A on the chosen workload's headline metric
-(``--benchmark-compare-fail`` in pytest-benchmark's terms).
+    rounds' medians of A and of B ─► stats.compare, metric by metric
 """
 
 from __future__ import annotations

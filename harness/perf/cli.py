@@ -94,8 +94,7 @@ def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             load_backend(parse_side(text, "--compare").spec, where="--compare")
     except (ImportError, ValueError, TypeError) as exc:
         parser.error(f"argument --compare: {exc}")
-    for make in makes if args.gate is not None else []:
-        w = make()
+    for w in [make() for make in makes] if args.gate is not None else []:
         if args.gate not in w.metrics:
             parser.error(
                 f"argument --gate: {args.gate!r} is not a metric of workload {w.name!r}: "

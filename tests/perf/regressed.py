@@ -143,10 +143,11 @@ class _LateFuture(concurrent.futures.Future[Any]):
 _LOOK = 200
 
 
-class SpinningBeside:
+class SpinningBeside(_Wrapper):
     """The inner backend's executor, and beside it a thread polling from start to shutdown."""
 
     def __init__(self, config: ExecutorConfig) -> None:
+        # Not _Wrapper's __init__, which starts mp: the inner backend is the env's.
         spec = dict(config.env).get(INNER_ENV, "mp")
         self.inner = load_backend(spec, where=f"{INNER_ENV} in the executor's env").factory(config)
         self.world_size = config.world_size
@@ -160,25 +161,10 @@ class SpinningBeside:
                 pass
             os.sched_yield()  # the "polite" part: lets go of the GIL and the CPU, and looks again at once
 
-    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
-        return self.inner.collective_rpc(*a, **kw)
-
-    def check_health(self) -> None:
-        self.inner.check_health()
-
-    def register_failure_callback(self, callback: Any) -> None:
-        self.inner.register_failure_callback(callback)
-
     def shutdown(self) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
-        self.inner.shutdown()
-
-    def __enter__(self) -> SpinningBeside:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
+        super().shutdown()
 
 
 def spinning_beside(config: ExecutorConfig) -> SpinningBeside:

@@ -7,7 +7,7 @@ thread polling from the executor's start to its shutdown) flagged in at least
 19 of 20. The quick form (one A/B run a side, seconds) runs in a plain
 ``pytest`` and last in ``make test``, alone (``make test-perf``): a certain
 slowdown (a call 1 ms late) flagged, the thread beside the calls flagged on
-the caller's CPU per step (40 rounds: about 16 s), ``mp`` against itself not.
+the caller's CPU per step (40 rounds: about 18 s), ``mp`` against itself not.
 
 World size 1: ``mp``'s workers spin for 10 ms after a call, so at world size 2
 on a 2-core machine the caller shares its core with a spinning worker, and the
