@@ -37,8 +37,6 @@ chaos: $(STAMP)
 	    --duration $(CHAOS_DURATION) --seed $(CHAOS_SEED) --json reports/chaos/uni.json
 	$(BIN)/python -m harness chaos --backend ray --world-size 2 \
 	    --duration $(CHAOS_DURATION) --seed $(CHAOS_SEED) --json reports/chaos/ray.json
-	$(BIN)/python -m harness chaos --backend ray-actors --world-size 2 \
-	    --duration $(CHAOS_DURATION) --seed $(CHAOS_SEED) --json reports/chaos/ray-actors.json
 
 ## vLLM's executors (vllm-mp, vllm-uni) get their own venv, .venv-vllm: the
 ## core tests keep running as a machine without vLLM has them. VLLM_EXTRA is the
@@ -148,7 +146,7 @@ gpu-test-vllm: $(VLLM_STAMP)
 ## Its reports: reports/conform.json, and reports/conform.html (the page, each cell's evidence a click away).
 conform: $(STAMP)
 	@mkdir -p reports
-	$(BIN)/python -m harness conform --backend uni,mp,ray,ray-actors --world-size 1,2,4 \
+	$(BIN)/python -m harness conform --backend uni,mp,ray,ray-graph --world-size 1,2,4 \
 	    --report-json reports/conform.json --report-html reports/conform.html
 
 ## The tests: the simulated tier (CPU workers on gloo) beside vLLM's venv and

@@ -60,7 +60,7 @@ BUILTIN_BACKENDS: Mapping[str, tuple[str, str]] = {
     "uni": ("harness.executors.uniproc:create", ""),
     "mp": ("harness.executors.mp:create", ""),
     "ray": ("harness.executors.ray:create", f"pip install '{DISTRIBUTION}[ray]'"),
-    "ray-actors": ("harness.executors.ray:create_actors", f"pip install '{DISTRIBUTION}[ray]'"),
+    "ray-graph": ("harness.executors.ray:create_graph", f"pip install '{DISTRIBUTION}[ray]'"),
     "vllm-mp": ("harness.executors.vllm:create_mp", _VLLM_HINT),
     "vllm-uni": ("harness.executors.vllm:create_uni", _VLLM_HINT),
     "vllm-ray": ("harness.executors.vllm:create_ray", _VLLM_HINT),
@@ -179,8 +179,11 @@ def load_backend(
         try:
             factory = _import_attr(target, f"built-in backend {spec!r}")
         except ImportError as exc:
+            # A module that imported and refused (vllm-ray on a CPU platform) says why; no install helps.
+            refused = exc.name == target.partition(":")[0]
             raise BackendUnavailableError(
-                f"backend {spec!r} is not available: {exc}" + (f"; install it with: {hint}" if hint else "")
+                f"backend {spec!r} is not available: {exc}"
+                + (f"; install it with: {hint}" if hint and not refused else "")
             ) from exc
     elif ":" in spec:
         factory = _import_attr(spec, where)

@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 #: The version of the contract (docs/SPEC.md) this suite checks: its date of change.
-SPEC_VERSION = "2026-12-04.3"
+SPEC_VERSION = "2026-12-06"
 
 #: The documents an installed harness carries (setup.py copies them from docs/ into harness/_docs/).
 SHIPPED_DOCS = ("SPEC.md", "implementers.md")
@@ -80,6 +80,7 @@ CLAUSES: Mapping[str, str] = MappingProxyType(
         "C22": "start-up failure raises in time and leaves nothing (init_failure_injection)",
         "C23": "nothing listens beyond loopback; shared memory is mode 0600",
         "C24": "concurrent callers each get their own results, in order (concurrent_callers)",
+        "C25": "idle workers sleep: under 5 % of a core each, 3 s after the last call",
     }
 )
 

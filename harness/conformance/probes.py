@@ -503,3 +503,116 @@ def hang_in_native_code_on_rank(worker: Any, rank: int, marker: str) -> int:
     os.read(read_end, 1)
     os.close(write_end)
     return int(worker.rank)
+
+
+# ---- idle workers (C25) ----------------------------------------------------------
+
+#: This process's idle-CPU measurements, by (key, rank): the measuring thread and
+#: what it found (filled in when its window ends). In this module, not on the
+#: worker (which may refuse new attributes), and by rank as well, for backends
+#: whose ranks share a process.
+_IDLE_CPU: dict[tuple[str, int], tuple[Any, dict[str, Any]]] = {}
+
+
+def _process_cpu_s() -> float:
+    """The CPU time of this whole process so far (every thread, user and system)."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _threads_runnable_ns() -> dict[int, int]:
+    """Per thread of this process: the nanoseconds it has spent on a CPU or
+    waiting for one (``/proc/self/task/<tid>/schedstat``); empty where the
+    kernel keeps no such count."""
+    out: dict[int, int] = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat", encoding="ascii") as f:
+                on_cpu, waiting = f.read().split()[:2]
+            out[int(tid)] = int(on_cpu) + int(waiting)
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _thread_name(tid: int) -> str:
+    """Thread ``tid`` of this process as Python and the kernel name it (a native
+    thread's Python name, ``Dummy-1``, says little; the kernel's may say more)."""
+    import threading
+
+    python = next((t.name for t in threading.enumerate() if t.native_id == tid), None)
+    try:
+        with open(f"/proc/self/task/{tid}/comm", encoding="utf-8", errors="replace") as f:
+            kernel = f.read().strip()
+    except OSError:
+        kernel = None
+    if python and kernel and kernel != python:
+        return f"{python} ({kernel})"
+    return python or kernel or f"tid {tid}"
+
+
+def measure_idle_cpu(worker: Any, key: str, after_s: float, over_s: float) -> int:
+    """Starts a thread that, ``after_s`` from now, measures this rank's whole
+    process over ``over_s``; returns at once.
+
+    Two figures: the CPU time of the process (every thread, ``getrusage``), and
+    of its busiest thread, how much of the window it was runnable (on a CPU or
+    waiting for one, from ``/proc``'s schedstat): a thread that never sleeps is
+    runnable throughout, however little of a CPU a loaded machine gives it. The
+    caller makes no call meanwhile, so the window sees the worker idle; the
+    measuring thread sleeps throughout and is not counted as the busiest.
+    ``idle_cpu_measured`` collects the figures."""
+    import threading
+
+    from harness.system.leaks import SUITE_THREAD_PREFIX
+
+    found: dict[str, Any] = {}
+
+    def measure() -> None:
+        time.sleep(after_s)
+        runnable0, cpu0, t0, began = _threads_runnable_ns(), _process_cpu_s(), time.monotonic(), time.time()
+        time.sleep(over_s)
+        cpu1, t1, runnable1 = _process_cpu_s(), time.monotonic(), _threads_runnable_ns()
+        wall = t1 - t0
+        me = threading.get_native_id()
+        busiest = max(
+            ((runnable1[tid] - ns, tid) for tid, ns in runnable0.items() if tid in runnable1 and tid != me),
+            default=None,
+        )
+        found.update(cpu_s=cpu1 - cpu0, wall_s=wall, began=began, ended=time.time(), pid=os.getpid())
+        if busiest is not None:
+            found.update(busiest_runnable=busiest[0] / 1e9 / wall, busiest_thread=_thread_name(busiest[1]))
+
+    # Named as the suite's own threads are: for a rank in the caller's process
+    # (uni), the leak check after the test does not count it.
+    thread = threading.Thread(target=measure, name=f"{SUITE_THREAD_PREFIX}-c25-idle-cpu", daemon=True)
+    _IDLE_CPU[(key, int(worker.rank))] = (thread, found)
+    thread.start()
+    return int(worker.rank)
+
+
+def idle_cpu_measured(worker: Any, key: str, wait_s: float) -> dict[str, Any]:
+    """What ``measure_idle_cpu(key)`` found in this rank's process: ``cpu_s``
+    over ``wall_s`` (the window began at ``began`` and ended at ``ended``,
+    wall-clock times), the busiest thread's name and runnable share of the
+    window (absent where ``/proc`` has no schedstat), and ``arrived``, when this
+    call came. Its thread is waited for up to ``wait_s`` if its window has not
+    ended yet. ``missing``: why there is no figure."""
+    arrived = time.time()
+    entry = _IDLE_CPU.pop((key, int(worker.rank)), None)
+    if entry is None:
+        return {"missing": f"no measurement was started in this process (pid {os.getpid()})", "pid": os.getpid()}
+    thread, found = entry
+    thread.join(wait_s)
+    if not found:
+        return {
+            "missing": f"its measuring thread had not ended {wait_s:g} s after the collecting call came",
+            "pid": os.getpid(),
+        }
+    return {**found, "arrived": arrived}

@@ -37,6 +37,7 @@ SAMPLE: tuple[str, ...] = (
     "c22_a_worker_failing",
     "c23_nothing_listens",
     "c24_blocking_calls",
+    "c25_idle",
 )
 
 

@@ -1,4 +1,5 @@
-"""C9-C12, C18, C19, C22: shutdown, cycles, context manager, gc, independence, idle CPU, start-up failure."""
+"""C9-C12, C18, C19, C22, C25: shutdown, cycles, context manager, gc, independence, idle CPU (caller and
+workers), start-up failure."""
 
 from __future__ import annotations
 
@@ -563,6 +564,99 @@ def test_c19_idle_executor_burns_no_caller_cpu(executor: Any) -> None:
     used, elapsed = sum(me.cpu_times()[:2]) - c0, time.monotonic() - t0
     share = used / elapsed
     assert share < 0.10, f"the idle caller used {100 * share:.1f} % of a core over {elapsed:.1f} s, expected < 10 %"
+
+
+#: SPEC.md's C25: once no call has been in flight this long, ...
+IDLE_AFTER_S = 3.0
+#: ... every worker's CPU, measured over this long, ...
+IDLE_WINDOW_S = 2.0
+#: ... stays under this share of one core.
+IDLE_WORKER_SHARE = 0.05
+#: "A reader that never sleeps": a thread of the worker runnable (on a CPU or
+#: waiting for one) this much of the window. On a quiet machine such a thread
+#: burns as much, far over IDLE_WORKER_SHARE; on a loaded one it may get under
+#: 5 % of a core and still never sleep: this figure does not shrink with the load.
+NEVER_SLEEPS_SHARE = 0.9
+#: A worker's measuring thread counts from when the call that starts it runs,
+#: before its reply is on the way back: this much more, so that its window
+#: begins at least IDLE_AFTER_S after the call completed in the caller.
+REPLY_MARGIN_S = 0.5
+
+
+def _burning(rank: int, f: dict[str, Any], returned: float) -> str | None:
+    """What is wrong with ``rank``'s idle figure ``f``, or None."""
+    share = f["cpu_s"] / f["wall_s"]
+    runnable = f.get("busiest_runnable", 0.0)
+    if share < IDLE_WORKER_SHARE and runnable < NEVER_SLEEPS_SHARE:
+        return None
+    window = (
+        f"over {f['wall_s']:.1f} s, from {f['began'] - returned:.1f} s to {f['ended'] - returned:.1f} s "
+        "after the last call returned"
+    )
+    if f["arrived"] < f["ended"]:
+        window += f" (the collecting call came {f['ended'] - f['arrived']:.2f} s before the window ended)"
+    spinner = (
+        f"its thread {f['busiest_thread']!r} never slept (runnable {100 * runnable:.0f} % of the window)"
+        if runnable >= NEVER_SLEEPS_SHARE
+        else ""
+    )
+    if share >= IDLE_WORKER_SHARE:
+        return f"rank {rank} (pid {f['pid']}) burned {100 * share:.1f} % of one core {window}" + (
+            f"; {spinner}" if spinner else ""
+        )
+    return f"rank {rank} (pid {f['pid']}) burned {100 * share:.1f} % of one core {window}, but {spinner}"
+
+
+@pytest.mark.clause("C25")
+def test_c25_idle_workers_sleep(executor: Any, world_size: int, request: pytest.FixtureRequest) -> None:
+    """One call starts a thread in each rank's process that, 3.5 s later, reads the
+    CPU time of that whole process (every thread) over 2 s, and how much of those
+    2 s each of its threads was runnable; the caller makes no call meanwhile (a
+    plain sleep), then one call collects the figures.
+
+    Not ``exclusive``: a rank's own CPU time is not raised by other tests beside
+    it, and a busy machine, which shrinks what a spinning thread gets, does not
+    shrink the time it is runnable. At every world size: a worker may poll per peer."""
+    key = token()
+    after = IDLE_AFTER_S + REPLY_MARGIN_S
+    started = bounded(
+        lambda: executor.collective_rpc(probes.measure_idle_cpu, args=(key, after, IDLE_WINDOW_S)),
+        60,
+        "collective_rpc(measure_idle_cpu), which starts each rank's measurement",
+    )
+    returned = time.time()
+    expect_equal(started, list(range(world_size)), "the call that starts each rank's measurement")
+    # No call until every window has ended: the workers are idle throughout.
+    time.sleep(after + IDLE_WINDOW_S + stretched(0.3))
+    wait_s = stretched(10.0)
+    figures = bounded(
+        lambda: executor.collective_rpc(probes.idle_cpu_measured, args=(key, wait_s)),
+        wait_s + 60,
+        "collective_rpc(idle_cpu_measured), which collects each rank's figure",
+    )
+    assert isinstance(figures, list) and len(figures) == world_size, (
+        f"the collecting call returned {figures!r}, expected one figure per rank"
+    )
+    missing = [f"rank {r}: {f['missing']}" for r, f in enumerate(figures) if "missing" in f]
+    assert not missing, "no idle-CPU figure from " + "; ".join(missing)
+    burning = [found for r, f in enumerate(figures) if (found := _burning(r, f, returned)) is not None]
+    assert not burning, (
+        f"idle workers must sleep (C25: under {100 * IDLE_WORKER_SHARE:g} % of one core over {IDLE_WINDOW_S:g} s, "
+        f"once no call has been in flight for {IDLE_AFTER_S:g} s; no thread that never sleeps): " + "; ".join(burning)
+    )
+    shares = ", ".join(f"rank {r} {100 * f['cpu_s'] / f['wall_s']:.2f} %" for r, f in enumerate(figures))
+    since = min(f["began"] for f in figures) - returned
+    note = f"idle CPU over {IDLE_WINDOW_S:g} s, from {since:.1f} s after the last call returned: {shares}"
+    runnable = [(f["busiest_runnable"], r) for r, f in enumerate(figures) if "busiest_runnable" in f]
+    if runnable:
+        most, r = max(runnable)
+        note += f"; the busiest thread runnable {100 * most:.1f} % of the window (rank {r})"
+    if len(runnable) < len(figures):
+        note += " (no schedstat in /proc: a thread that never sleeps is judged by its CPU alone)"
+    in_caller = [r for r, f in enumerate(figures) if int(f["pid"]) == os.getpid()]
+    if in_caller:
+        note += f" (ranks {in_caller} run in the caller's process: their figure is the caller's, every thread)"
+    request.node.user_properties.append(("harness_note", note))
 
 
 def _injected_failure(rank: int) -> str:

@@ -105,7 +105,7 @@ class _Sessions:
         self._owner = os.getpid()
 
     def ensure(self, backend: LoadedBackend) -> None:
-        # Keyed by the session itself: backends that share one (ray, ray-actors) share its cluster.
+        # Keyed by the session itself: backends that share one (ray, ray-graph) share its cluster.
         session = backend.session
         if session is None or session in self._env or os.getpid() != self._owner:
             return

@@ -1,7 +1,7 @@
-"""The ``ray`` and ``ray-actors`` backends' own promises, beyond the portable
+"""The ``ray`` and ``ray-graph`` backends' own promises, beyond the portable
 suite: who starts and stops the cluster, actors killed through Ray, a dead
-caller with a local cluster; ``ray``'s compiled graph (what Ray leaves behind,
-reads that time out).
+caller with a local cluster; ``ray``'s own channels; ``ray-graph``'s compiled
+graph (what Ray leaves behind, reads that time out).
 
 Each test runs in its own forked process (``distributed``) and needs Ray (``ray``).
 """
@@ -184,7 +184,7 @@ def test_a_timeout_is_the_builtin_timeout_error_and_the_executor_goes_on(cluster
         assert ex.collective_rpc(probes.echo_value, args=("after",)) == ["after", "after"]
 
 
-@pytest.mark.parametrize("factory", ["create", "create_actors"])
+@pytest.mark.parametrize("factory", ["create", "create_graph"])
 def test_an_actor_killed_through_ray_fails_pending_and_later_calls(cluster: str, factory: str) -> None:
     import ray
 
@@ -238,15 +238,20 @@ def _channel_semaphores() -> set[str]:
     return {n for n in os.listdir(leaks.SHM_DIR) if n.startswith(("sem.hdr", "sem.obj"))}
 
 
-def test_ray_runs_calls_through_a_compiled_graph_and_ray_actors_through_plain_calls(cluster: str) -> None:
+def test_ray_runs_calls_through_its_own_rings_and_ray_graph_through_a_compiled_graph(cluster: str) -> None:
     from ray.dag.compiled_dag_node import CompiledDAG
 
-    from harness.executors.ray import create, create_actors
+    from harness.executors.ray import create, create_graph
+    from harness.executors.ray.channels import CallerChannels
 
-    with create(ExecutorConfig(2)) as graph, create_actors(ExecutorConfig(2)) as actors:
-        assert isinstance(getattr(graph._group, "dag", None), CompiledDAG), "ray: no compiled graph"
-        assert getattr(actors._group, "dag", None) is None, "ray-actors: a compiled graph"
-        assert graph.collective_rpc(probes.rank) == actors.collective_rpc(probes.rank) == [0, 1]
+    with create(ExecutorConfig(2)) as ours, create_graph(ExecutorConfig(2)) as graph:
+        transport = getattr(ours._group, "transport", None)
+        assert isinstance(transport, CallerChannels), "ray: its calls do not go through ray.channels"
+        assert transport.ring is not None and transport.local_ranks == [0, 1], "ray: no shared-memory ring"
+        assert transport.listener is None and not transport.sockets, "ray on one node: a socket for its calls"
+        assert getattr(ours._group, "dag", None) is None, "ray: a compiled graph"
+        assert isinstance(getattr(graph._group, "dag", None), CompiledDAG), "ray-graph: no compiled graph"
+        assert graph.collective_rpc(probes.rank) == ours.collective_rpc(probes.rank) == [0, 1]
 
 
 def test_a_graph_leaves_no_channel_semaphores_while_its_caller_stays_connected(cluster: str) -> None:
@@ -255,7 +260,7 @@ def test_a_graph_leaves_no_channel_semaphores_while_its_caller_stays_connected(c
     # executor) would gather every graph's (C9, C10).
     import ray
 
-    from harness.executors.ray import create
+    from harness.executors.ray import create_graph as create
 
     ray.init(address=cluster, log_to_driver=False, configure_logging=False)
     try:
@@ -282,9 +287,9 @@ def _descriptors_but_sockets() -> list[str]:
 
 
 def test_create_shutdown_cycles_of_the_graph_leak_nothing_but_rays_declared_sockets(cluster: str) -> None:
-    # What C10 checks, less the descriptors `ray` declares (create.unsupported["C10"]):
+    # What C10 checks, less the descriptors `ray-graph` declares (create_graph.unsupported["C10"]):
     # Ray's compiled graphs leave closed TCP sockets in the caller.
-    from harness.executors.ray import create
+    from harness.executors.ray import create_graph as create
 
     def cycle() -> None:
         with create(ExecutorConfig(2)) as ex:
@@ -304,7 +309,7 @@ def test_create_shutdown_cycles_of_the_graph_leak_nothing_but_rays_declared_sock
 def test_a_timed_result_that_expires_while_one_rank_has_replied_loses_no_reply(cluster: str) -> None:
     # Ray's own timed read of several output channels drops those it had read
     # when it expires: rank 0's reply is in, rank 1's is not, three times over.
-    from harness.executors.ray import create
+    from harness.executors.ray import create_graph as create
 
     with create(ExecutorConfig(2)) as ex:
         future = ex.collective_rpc(probes.sleep_on_rank_then, args=(1, 1.5, "v"), non_block=True)
@@ -315,12 +320,14 @@ def test_a_timed_result_that_expires_while_one_rank_has_replied_loses_no_reply(c
         assert ex.collective_rpc(probes.rank) == [0, 1]
 
 
-def test_a_caller_waiting_on_a_long_call_leaves_the_cpu_to_others(cluster: str) -> None:
+@pytest.mark.parametrize("factory", ["create", "create_graph"])
+def test_a_caller_waiting_on_a_long_call_leaves_the_cpu_to_others(cluster: str, factory: str) -> None:
     """Ray's channel read spins until its timeout (99 % of a core over a 3 s
-    call, measured): the graph's caller polls instead, after a short spin."""
-    from harness.executors.ray import create
+    call, measured): the graph's caller polls instead, after a short spin;
+    ``ray``'s sleeps on its pipes, as mp's."""
+    import harness.executors.ray as backends
 
-    with create(ExecutorConfig(2)) as ex:
+    with getattr(backends, factory)(ExecutorConfig(2)) as ex:
         ex.collective_rpc(probes.rank)
         wall, cpu = time.monotonic(), time.process_time()
         assert ex.collective_rpc(probes.sleep, args=(3.0,)) == [0, 1]
@@ -372,11 +379,12 @@ def test_workers_of_a_sigkilled_caller_exit_with_its_local_cluster(no_cluster: N
     assert not left, f"the graph's semaphores {left} outlived the caller and its cluster"
 
 
-def test_a_result_the_caller_cannot_unpickle_fails_that_call_only(cluster: str) -> None:
+@pytest.mark.parametrize("factory", ["create", "create_graph"])
+def test_a_result_the_caller_cannot_unpickle_fails_that_call_only(cluster: str, factory: str) -> None:
+    import harness.executors.ray as backends
     from harness import RemoteCallError
-    from harness.executors.ray import create
 
-    with create(ExecutorConfig(2)) as ex:
+    with getattr(backends, factory)(ExecutorConfig(2)) as ex:
         with pytest.raises(RemoteCallError, match="could not be unpickled in the caller"):
             ex.collective_rpc(probes.result_the_caller_cannot_unpickle)
         assert ex.collective_rpc(probes.rank) == [0, 1]

@@ -2386,3 +2386,46 @@ class KeepsEachResult(_Wrapper):
 
 
 keeps_each_result = KeepsEachResult
+
+
+# ---- idle workers (C25) -----------------------------------------------------------
+
+
+def _spin_for_good(worker: Any) -> int:
+    """Starts a thread in the worker that polls in a busy loop for as long as the
+    process lives: a reader that never sleeps (as a Ray compiled graph's did)."""
+
+    def spin() -> None:
+        while True:
+            pass
+
+    threading.Thread(target=spin, name="never-sleeping-reader", daemon=True).start()
+    return int(worker.rank)
+
+
+class SpinningWorkers(_Wrapper):
+    """C25: each worker runs a thread that polls in a busy loop, idle or not (the
+    caller stays quiet: C19 passes)."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        try:
+            self.inner.collective_rpc(_spin_for_good)
+        except BaseException:
+            self.inner.shutdown()
+            raise
+
+
+spinning_workers = SpinningWorkers
+
+
+class SpinsAfterEachCall(_Wrapper):
+    """Conformant (C25): each worker looks at its ring for 1 s after a call,
+    yielding the core each time, before it sleeps: a short spin, allowed."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        self.inner = MultiprocExecutor(config, worker_spin_s=1.0)
+        self.world_size = config.world_size
+
+
+spins_after_each_call = SpinsAfterEachCall

@@ -103,6 +103,8 @@ CASES = [
     ("narrowed_to_rank_zero", "C16", "c16_steps_in_flight"),
     # issue 29: what a chaos run's soak finds, as a clause of its own
     ("keeps_each_result", "C10", "c10_an_executor_keeps_nothing"),
+    # C25: idle workers sleep (Ray compiled-graph workers at 100 % of a core while idle)
+    ("spinning_workers", "C25", "c25_"),
 ]
 
 
@@ -270,6 +272,7 @@ PASSES = [
     ("thread_completed_futures", ("C21",), "c21_"),
     ("frozen_workers", ("C2", "C3"), "c2_ or c3_"),
     ("process_wide_monitor", ("C9", "C11", "C18"), "c9_shutdown_of_an_idle or c11_ or c18_"),
+    ("spins_after_each_call", ("C25",), "c25_"),
 ]
 
 

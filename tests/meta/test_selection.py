@@ -95,7 +95,7 @@ def test_clauses_are_selected_by_exact_id(pytester: pytest.Pytester) -> None:
     result.assert_outcomes(passed=2)
     result.stdout.no_fnmatch_line("*test_c14*PASSED*")
     bad = pytester.runpytest_subprocess("--harness-backend", "uni", *UNI_1, "--clause", "C1,c4")
-    bad.stderr.fnmatch_lines(["ERROR: Invalid clause 'c4' from the command line: expected one of C1..C24"])
+    bad.stderr.fnmatch_lines(["ERROR: Invalid clause 'c4' from the command line: expected one of C1..C25"])
 
 
 SAMPLED_SUITE = """

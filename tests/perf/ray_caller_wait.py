@@ -1,4 +1,4 @@
-"""What the `ray` backend's processes burn while they wait.
+"""What the `ray` and `ray-graph` backends' processes burn while they wait.
 
 Run: ``python tests/perf/ray_caller_wait.py`` (needs Ray). On a local cluster
 of this machine, with executors at world size 2, it prints:
@@ -94,9 +94,9 @@ def main() -> None:
         os.environ.update(env)
         from harness import ExecutorConfig
         from harness.conformance import probes
-        from harness.executors.ray import create, create_actors
+        from harness.executors.ray import create, create_graph
 
-        with create(ExecutorConfig(2)) as ex:
+        with create_graph(ExecutorConfig(2)) as ex:
             for _ in range(2):
                 wall, cpu = time.monotonic(), time.process_time()
                 ex.collective_rpc(probes.sleep, args=(3.0,))
@@ -108,14 +108,14 @@ def main() -> None:
 
         quiet = busy_work_s()
         print(f"busy work, one process per CPU, quiet machine: {quiet:6.2f} s")
-        for name, factory in (("ray (graph)", create), ("ray-actors", create_actors)):
+        for name, factory in (("ray-graph", create_graph), ("ray", create)):
             with factory(ExecutorConfig(2)) as ex:
                 ex.collective_rpc(probes.rank)
                 beside = busy_work_s()
             print(f"the same beside an idle {name} executor (ws 2): {beside:6.2f} s ({beside / quiet:.1f}x)")
         again = busy_work_s()
         print(f"quiet machine again: {again:6.2f} s")
-        torch_pool_beside_idle_graph(create, ExecutorConfig(1))
+        torch_pool_beside_idle_graph(create_graph, ExecutorConfig(1))
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
-"""What Ray's compiled graphs cost by themselves, beside the `ray` backend's figure.
+"""What Ray's compiled graphs cost by themselves, beside the `ray-graph` backend's figure.
 
 Run: ``python tests/perf/ray_graph_floor.py`` (needs Ray). Prints the median
 round trip of a compiled graph of bare actors (one actor echoing its input;
 two, each answering on its own output channel) and of plain actor calls, on a
-local cluster of this machine: the floor under `ray`'s per-call figure in
-``harness bench --backend mp,ray,ray-actors`` (README, "`ray` against `mp`").
+local cluster of this machine: the floor under `ray-graph`'s per-call figure in
+``harness bench --backend mp,ray,ray-graph`` (README, "`ray` against `mp`").
 """
 
 from __future__ import annotations

@@ -128,7 +128,7 @@ def test_builtin_backends_are_available() -> None:
     names = available_backends()
     assert {"uni", "mp"} <= set(names)
     assert names == sorted(names)
-    assert set(BUILTIN_BACKENDS) == {"uni", "mp", "ray", "ray-actors", "vllm-mp", "vllm-uni", "vllm-ray"}
+    assert set(BUILTIN_BACKENDS) == {"uni", "mp", "ray", "ray-graph", "vllm-mp", "vllm-uni", "vllm-ray"}
 
 
 @pytest.mark.parametrize("name", ["vllm-mp", "vllm-uni", "vllm-ray"])
@@ -143,6 +143,22 @@ def test_vllm_without_vllm_installed_is_unavailable_with_the_install_command(
     assert "pip install 'executor-harness[vllm]'" in str(info.value)
 
 
+def test_a_built_in_backend_that_refuses_here_says_why_without_an_install_hint(monkeypatch: pytest.MonkeyPatch) -> None:
+    # What vllm-ray does on a CPU platform: its module imports, its factory refuses.
+    refuser = types.ModuleType("refuser_for_test")
+
+    def refuse(name: str) -> Any:
+        raise ImportError("the platform has no Ray device key (refuser.py:3)", name="refuser_for_test")
+
+    refuser.__getattr__ = refuse  # type: ignore[method-assign]
+    monkeypatch.setitem(sys.modules, "refuser_for_test", refuser)
+    monkeypatch.setitem(backends.BUILTIN_BACKENDS, "refusing", ("refuser_for_test:create", "pip install it"))  # type: ignore[index]
+    with pytest.raises(BackendUnavailableError) as info:
+        load_backend("refusing")
+    assert "the platform has no Ray device key (refuser.py:3)" in str(info.value)
+    assert "install it with" not in str(info.value)
+
+
 def test_ray_without_ray_installed_is_unavailable_with_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)  # what a missing package looks like to import
     monkeypatch.delitem(sys.modules, "harness.executors.ray", raising=False)
@@ -151,7 +167,7 @@ def test_ray_without_ray_installed_is_unavailable_with_the_install_command(monke
     assert "backend 'ray' is not available" in str(info.value)
 
 
-@pytest.mark.parametrize(("name", "declared"), [("ray", "['C10','C23']"), ("ray-actors", "['C23']")])
+@pytest.mark.parametrize(("name", "declared"), [("ray", "['C23']"), ("ray-graph", "['C10','C23','C25']")])
 def test_loading_ray_does_not_import_ray(name: str, declared: str) -> None:
     # Ray reads its settings from the environment when imported: a test process
     # must get the run's cluster environment first, so loading stays import-free.
@@ -170,7 +186,7 @@ def test_both_ray_backends_share_one_run_wide_cluster() -> None:
     # Two clusters in one run would double Ray's own processes on a small machine.
     if importlib.util.find_spec("ray") is None:
         pytest.skip("ray is not installed")
-    assert load_backend("ray").session is load_backend("ray-actors").session
+    assert load_backend("ray").session is load_backend("ray-graph").session
 
 
 def test_session_must_be_callable(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -264,7 +280,7 @@ def test_unknown_name_lists_the_known_backends(no_entry_points: None) -> None:
     with pytest.raises(ValueError, match="nosuchbackend") as info:
         load_backend("nosuchbackend")
     msg = str(info.value)
-    assert "mp, ray, ray-actors, uni" in msg
+    assert "mp, ray, ray-graph, uni" in msg
     assert "module:attr" in msg
 
 
@@ -287,7 +303,7 @@ def test_entry_point_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
     assert b.factory is factory
     assert dict(b.unsupported) == {"C16": "no model"}
     assert b.world_sizes == (2, 4)
-    with pytest.raises(ValueError, match="mp, ray, ray-actors, thirdparty, uni"):
+    with pytest.raises(ValueError, match="mp, ray, ray-graph, thirdparty, uni"):
         load_backend("other")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import sys
 from typing import Any
 
 import pytest
@@ -40,6 +41,18 @@ def test_an_unpicklable_result_becomes_an_error_reply_naming_its_type() -> None:
     reply = decode_reply(encode_reply(Reply(1, 3, lambda: None)))
     assert reply.value is None and reply.error is not None
     assert "could not be pickled" in reply.error[1] and "function" in reply.error[1]
+
+
+class _GoneInTheCaller:
+    """A result whose class the caller cannot find when it unpickles."""
+
+
+def test_a_result_the_caller_cannot_unpickle_answers_its_own_call_with_an_error(monkeypatch: Any) -> None:
+    raw = encode_reply(Reply(2, 11, _GoneInTheCaller()))
+    monkeypatch.delattr(sys.modules[__name__], "_GoneInTheCaller")
+    reply = decode_reply(raw)
+    assert (reply.rank, reply.call_id, reply.value) == (2, 11, None)
+    assert reply.error is not None and "could not be unpickled in the caller" in reply.error[1]
 
 
 def _kw(worker: Any, *args: Any, **kwargs: Any) -> Any:

@@ -194,29 +194,43 @@ def error_reply(rank: int, call_id: int, exc: BaseException) -> Reply:
 
 # A reply whose value is None with no error, which every rank but one sends for
 # a call with unique_reply_rank, travels as a marker, the rank and the call id:
-# no pickling on either side. (Pickles of protocol 2 and later start with 0x80.)
+# no pickling on either side.
 _NONE_REPLY = struct.Struct("<cqq")
 _NONE_MARK = b"N"
 _NONE_MARK_BYTE = _NONE_MARK[0]
 
 
+# Any other reply: a marker, the rank and the call id, then the pickled value
+# and error, so that a value the caller cannot unpickle (a class it cannot
+# import) still answers the right call, with an error.
+_REPLY = struct.Struct("<cqq")
+_REPLY_MARK = b"R"
+
+
 def encode_reply(reply: Reply) -> bytes:
     """Pickle a reply; an unpicklable result becomes an error reply (C20)."""
-    if reply.value is None and reply.error is None:
-        return _NONE_REPLY.pack(_NONE_MARK, reply.rank, reply.call_id)
+    rank, call_id, value, error = reply
+    if value is None and error is None:
+        return _NONE_REPLY.pack(_NONE_MARK, rank, call_id)
     try:
-        return pickle.dumps(tuple(reply), protocol=pickle.HIGHEST_PROTOCOL)
+        body = pickle.dumps((value, error), protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:  # noqa: BLE001
-        err = RuntimeError(f"result of type {type(reply.value).__qualname__} could not be pickled: {exc}")
-        return pickle.dumps(tuple(error_reply(reply.rank, reply.call_id, err)))
+        err = RuntimeError(f"result of type {type(value).__qualname__} could not be pickled: {exc}")
+        body = pickle.dumps((None, error_reply(rank, call_id, err).error))
+    return _REPLY.pack(_REPLY_MARK, rank, call_id) + body
 
 
 def decode_reply(raw: bytes | bytearray) -> Reply:
     """The reply ``encode_reply`` wrote."""
+    _, rank, call_id = _NONE_REPLY.unpack_from(raw)
     if raw[0] == _NONE_MARK_BYTE:
-        _, rank, call_id = _NONE_REPLY.unpack(raw)
         return _new_reply(Reply, (rank, call_id, None, None))
-    return _new_reply(Reply, pickle.loads(raw))
+    try:
+        value, error = pickle.loads(memoryview(raw)[_REPLY.size :])
+    except Exception as exc:  # noqa: BLE001 - e.g. a result class the caller cannot import
+        err = RuntimeError(f"the result could not be unpickled in the caller: {exc!r}")
+        return error_reply(rank, call_id, err)
+    return _new_reply(Reply, (rank, call_id, value, error))
 
 
 class StoreFile:

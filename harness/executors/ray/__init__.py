@@ -1,7 +1,10 @@
-"""``ray`` and ``ray-actors``: workers as Ray actors, the same contract as ``mp``
-on a real Ray runtime. ``ray`` drives them through a Ray Compiled Graph, as
-vLLM's Ray executor does (``ray.graph``); ``ray-actors`` with plain actor calls
-(``ray.executor``), to compare with.
+"""``ray`` and ``ray-graph``: workers as Ray actors, the same contract as ``mp``
+on a real Ray runtime. ``ray`` is how vLLM runs Ray today (``RayExecutorV2``):
+Ray places the rank actors, starts them and reports their deaths, and the
+calls travel through channels of our own (``ray.channels``: ``mp``'s
+shared-memory rings on the caller's node, a socket to other nodes).
+``ray-graph`` drives the same actors through a Ray Compiled Graph, vLLM's
+older Ray executor (``ray.graph``), kept to show what that design costs.
 
 The factory and its declarations live here, apart from the executor
 (``ray.executor``): loading the backend must not import Ray, whose settings
@@ -10,7 +13,8 @@ a test process gets the environment of the run's cluster before Ray loads.
 
 See ``ray.graph`` and ``ray.executor`` for the data flows.
 
-This package holds the factories (here), the executors (``graph``, ``executor``), the
+This package holds the factories (here), the executors (``executor``, ``graph``),
+the channels of ``ray`` (``channels``), the
 run's local cluster (``cluster``, whose keeper process runs that module with
 ``python -m``: nothing here imports it at the top) and a multi-node cluster on
 simulated nodes (``simulated_cluster``). It may import what
@@ -34,7 +38,7 @@ if TYPE_CHECKING:
     from harness.executors.ray.executor import RayExecutor
     from harness.executors.ray.graph import RayGraphExecutor
 
-__all__ = ["RayExecutor", "RayGraphExecutor", "create", "create_actors", "local_cluster"]
+__all__ = ["RayExecutor", "RayGraphExecutor", "create", "create_graph", "local_cluster"]
 
 
 def __getattr__(name: str) -> Any:
@@ -79,45 +83,51 @@ def local_cluster(num_cpus: int | None = None) -> Iterator[dict[str, str]]:
         cluster.stop()
 
 
-def create(config: ExecutorConfig) -> RayGraphExecutor:
-    """The ``ray`` backend factory: calls through a compiled graph."""
-    from harness.executors.ray.graph import RayGraphExecutor
-
-    return RayGraphExecutor(config)
-
-
-def create_actors(config: ExecutorConfig) -> RayExecutor:
-    """The ``ray-actors`` backend factory: plain actor calls."""
+def create(config: ExecutorConfig) -> RayExecutor:
+    """The ``ray`` backend factory: Ray actors, calls through ``ray.channels``."""
     from harness.executors.ray.executor import RayExecutor
 
     return RayExecutor(config)
 
 
-def _declare(factory: Any) -> None:
+def create_graph(config: ExecutorConfig) -> RayGraphExecutor:
+    """The ``ray-graph`` backend factory: calls through a compiled graph."""
+    from harness.executors.ray.graph import RayGraphExecutor
+
+    return RayGraphExecutor(config)
+
+
+_RAY_SERVERS = (
+    "Ray's own gRPC servers (GCS, raylet, and one in every worker and driver) listen on all "
+    "interfaces, and Ray has no setting to bind them to loopback; nor does its node stay on "
+    "loopback: ray start --node-ip-address=127.0.0.1 gives the node the machine's own address"
+)
+
+
+def _declare(factory: Any, nodes: tuple[int, ...]) -> None:
     """What both Ray backends declare."""
-    factory.unsupported = {
-        "C23": (
-            "Ray's own gRPC servers (GCS, raylet, and one in every worker and driver) listen on all "
-            "interfaces, and Ray has no setting to bind them to loopback; nor does its node stay on "
-            "loopback: ray start --node-ip-address=127.0.0.1 gives the node the machine's own address"
-        ),
-    }
+    factory.unsupported = {"C23": _RAY_SERVERS}
     # Ray starts the actor processes itself: spawn/fork mean nothing to it.
     factory.start_methods = ("spawn",)
     # Ranks node by node on as many nodes of the cluster (ExecutorConfig.nodes):
     # tests/distributed/test_simulated_cluster.py runs them on simulated nodes.
-    factory.nodes = (1, 2, 4)
+    factory.nodes = nodes
     # One cluster for a whole run (both backends share it): connecting takes a
     # fraction of a second, starting one seconds.
     factory.session = local_cluster
 
 
-_declare(create)
-_declare(create_actors)
-create.unsupported["C10"] = (  # type: ignore[attr-defined]
+_declare(create, (1, 2, 4))
+_declare(create_graph, (1,))
+create_graph.unsupported["C10"] = (  # type: ignore[attr-defined]
     "Ray 2.60's compiled graphs leave TCP sockets in the caller: about 1.5 per graph while the caller "
     "stays connected, about 3 per graph when it disconnects after each (closed, bound to the driver's "
     "gRPC port, kept open by Ray past the graph's teardown, its actors' exit and ray.shutdown), so ten "
     "create/shutdown cycles grow the caller's descriptors (32 to 62); processes, threads, shared memory "
     "and semaphores over the cycles are checked by tests/distributed/test_ray_backend.py"
+)
+create_graph.unsupported["C25"] = (  # type: ignore[attr-defined]
+    "Ray 2.60's compiled-graph ranks wait for their next input in Ray's channel read, which spins "
+    "(sched_yield) and never sleeps: idle, each rank burns about half a core (harness bench's idle "
+    "workers' CPU), the 100 % of a core vLLM's users reported of its compiled-graph executor"
 )

@@ -65,20 +65,17 @@ from harness.executors.futures import FutureQueue, PendingCall, Reply
 from harness.executors.mp.worker import (
     Request,
     Worker,
-    decode_reply,
     encode_reply,
     error_reply,
     init_distributed,
     run_call,
 )
+from harness.executors.ray.channels import CallerChannels, LocalPlan, RankChannel, RemotePlan
 from harness.executors.ray.cluster import LocalCluster
 from harness.system.environ import set_environ
 
 __all__ = ["RayExecutor"]
 
-# Bodies above this go to the object store once and reach every actor by
-# reference; smaller ones travel inline with each task (Ray inlines < 100 KiB).
-_INLINE_LIMIT = 64 * 1024
 # The longest one ray.wait blocks before looking at the executor's state again.
 _WAIT_SLICE_S = 0.25
 # How long shutdown lets the actors tear down their process group politely.
@@ -100,6 +97,7 @@ class _RankActor:
         self._device = device
         self._worker: Worker | None = None
         self._store: Any = None  # rank 0 across nodes: the TCP store it hosts
+        self._channel: RankChannel | None = None
 
     def where(self) -> tuple[str, int, str]:
         """This actor's node id, pid (in its machine's PID namespace) and node address."""
@@ -133,6 +131,19 @@ class _RankActor:
         )
         self._worker = Worker(self._rank, self._world_size, self._device)
         return os.getpid()
+
+    def attach(self, plan: LocalPlan | RemotePlan, timeout_s: float) -> None:
+        """Open this rank's end of its channel to the caller (``ray.channels``)."""
+        self._channel = RankChannel(self._rank, plan, timeout_s)
+
+    def serve(self, store_dir: str | None) -> None:
+        """Run the caller's calls until it asks to stop (a long task: this actor
+        takes no other until then), then leave the process group."""
+        assert self._worker is not None and self._channel is not None, "serve() before setup() and attach()"
+        try:
+            self._channel.serve(self._worker)
+        finally:
+            self.teardown(store_dir)
 
     def execute(self, call_id: int, body: bytes) -> bytes:
         assert self._worker is not None, "execute() before setup()"
@@ -308,8 +319,8 @@ class _Group:
         self.store_dir: str | None = None
         self.store_local = False
         self.queue = FutureQueue(self._receive)
-        # call id -> {ref: rank} still awaited, in submission order (dicts keep it).
-        self.inflight: dict[int, dict[Any, int]] = {}
+        self.transport: CallerChannels | None = None
+        self.serving: list[Any] = []  # each rank's serve task
         self.monitor: threading.Thread | None = None
         self._stop_r, self._stop_w = os.pipe()
         self._runtime_held = False
@@ -369,8 +380,23 @@ class _Group:
             [a.setup.remote(cfg.dist_backend, store_path, cfg.init_timeout_s, tcp_store) for a in self.actors],
             deadline,
         )
+        self._open_calls(deadline)
         self.monitor = threading.Thread(target=self._monitor, name="harness-ray-monitor", daemon=True)
         self.monitor.start()
+
+    def _open_calls(self, deadline: float) -> None:
+        """Give every rank its channel (``ray.channels``) and set it serving."""
+        transport = self.transport = CallerChannels(self.local, _node_address())
+        transport.pidfds = {r: fd for r, fd in enumerate(self.pidfds) if fd is not None}
+        timeout = max(0.1, _remaining(deadline))
+        self._init_step(
+            "attach to its channel",
+            [a.attach.remote(transport.plan(r), timeout) for r, a in enumerate(self.actors)],
+            deadline,
+        )
+        transport.attached(deadline)
+        store_dir = self.store_dir if not self.store_local else None
+        self.serving = [a.serve.remote(store_dir if r == 0 else None) for r, a in enumerate(self.actors)]
 
     def _rendezvous(self, deadline: float) -> tuple[str, tuple[str, int] | None]:
         """Where the ranks' process group meets: a file store's path on one
@@ -407,53 +433,35 @@ class _Group:
     # ---- calls ------------------------------------------------------------
 
     def send(self, call: PendingCall, body: bytes) -> None:
-        """Submit one registered call to every actor (under the queue lock, so
-        that Ray sees the calls in call-id order)."""
+        """Write one registered call to every rank (under the queue lock)."""
+        assert self.transport is not None
         try:
-            arg: Any = ray.put(body) if len(body) > _INLINE_LIMIT else body
-            refs = {a.execute.remote(call.call_id, arg): rank for rank, a in enumerate(self.actors)}
+            self.transport.send(call, body, self.queue.pump)
         except BaseException:
-            self.queue.discard(call)
+            if self.transport.broken is not None:
+                self.queue.fail_all(self.transport.broken)
+            else:
+                self.queue.discard(call)
             raise
-        self.inflight[call.call_id] = refs
 
     def _receive(self, timeout: float | None) -> list[Reply]:
         if self.closed:
             raise ExecutorShutdownError("executor was shut down")
-        while self.inflight:
-            call_id, waiting = next(iter(self.inflight.items()))
-            if waiting:
-                break
-            del self.inflight[call_id]
-        else:
-            # Nothing in flight (the queue has only settled calls): wait for shutdown.
-            _wait_readable(self._stop_r, timeout)
-            return []
-        slice_s = _WAIT_SLICE_S if timeout is None else min(timeout, _WAIT_SLICE_S)
-        ready, _ = ray.wait(list(waiting), num_returns=len(waiting), timeout=slice_s, fetch_local=True)
-        if self.closed:
-            raise ExecutorShutdownError("executor was shut down while the call was waiting")
-        replies = []
-        for ref in ready:
-            rank = waiting.pop(ref)
-            try:
-                raw = ray.get(ref)
-            except ray.exceptions.RayActorError as exc:
-                raise self.fail(rank, str(exc).splitlines()[0] if str(exc) else "") from None
-            except ray.exceptions.RayError as exc:
-                # The task failed outside the call (e.g. its argument was lost): answer it.
-                replies.append(error_reply(rank, call_id, exc))
-                continue
-            try:
-                replies.append(decode_reply(raw))
-            except Exception as exc:  # noqa: BLE001 - e.g. a result class the caller cannot import
-                err = RuntimeError(f"the result could not be unpickled in the caller: {exc!r}")
-                replies.append(error_reply(rank, call_id, err))
+        if self.failure.error is not None:
+            raise self.failure.error
+        assert self.transport is not None
+        replies, dead, stopped = self.transport.collect(timeout)
+        if stopped or self.closed:
+            raise ExecutorShutdownError("the executor was shut down while the call was waiting")
+        if dead and not replies:
+            raise self.fail(min(dead), "its connection to the caller closed" if not self.local[min(dead)] else "")
+        if self.failure.error is not None and not replies:
+            raise self.failure.error
         return replies
 
     # ---- failure ----------------------------------------------------------
 
-    def fail(self, rank: int, detail: str = "its Ray actor process exited") -> WorkerDiedError:
+    def fail(self, rank: int, detail: str = "") -> WorkerDiedError:
         """Record that ``rank`` died: fail every call, run the callbacks once."""
 
         def died() -> WorkerDiedError:
@@ -461,7 +469,8 @@ class _Group:
             if rank < len(self.local) and not self.local[rank]:
                 # Its pid is another machine's: say which one.
                 where = f"on the node at {self.addresses[rank]}: "
-            return WorkerDiedError(rank, self.pids[rank] if rank < len(self.pids) else None, None, where + detail)
+            detail_ = detail or "its Ray actor process exited"
+            return WorkerDiedError(rank, self.pids[rank] if rank < len(self.pids) else None, None, where + detail_)
 
         return self.failure.record(died, self.queue)
 
@@ -503,13 +512,16 @@ class _Group:
             if self.closed:
                 return
             self.closed = True
-        os.write(self._stop_w, b"x")  # wakes the monitor and an idle wait
+        os.write(self._stop_w, b"x")  # wakes the monitor
+        if self.transport is not None:
+            self.transport.stop()  # wakes a call blocked in another thread
         try:
             self._stop_actors()
         finally:
-            # A call blocked in another thread sees `closed` within one wait slice.
             self.queue.fail_all(ExecutorShutdownError("executor was shut down"))
-            self.inflight.clear()
+            if self.transport is not None:
+                self.transport.close()
+                self.transport = None
             if self.monitor is not None and self.monitor is not threading.current_thread():
                 self.monitor.join(_EXIT_S)
             for fd in self.pidfds:
@@ -524,14 +536,22 @@ class _Group:
                 self._runtime_held = False
                 _RUNTIME.release()
 
+    def _stop_calls(self) -> None:
+        """Ask the ranks to stop serving and leave their process group, within
+        a bound (Ray then kills them; closing the channels ends any left)."""
+        if self.transport is None:
+            return
+        self.transport.shutdown_workers()
+        if self.serving:
+            ray.wait(self.serving, num_returns=len(self.serving), timeout=_TEARDOWN_S)
+
     def _stop_actors(self) -> None:
         if not ray.is_initialized():
             return  # the caller shut Ray down under us: the actors went with it
         if self.actors and self.failure.error is None and self.pids:
             # Politely first, so that gloo/NCCL close their connections; a rank
             # hung in a call never gets to it and is killed below.
-            refs = [a.teardown.remote(self.store_dir if r == 0 else None) for r, a in enumerate(self.actors)]
-            ray.wait(refs, num_returns=len(refs), timeout=_TEARDOWN_S)
+            self._stop_calls()
         for actor in self.actors:
             with contextlib.suppress(Exception):
                 ray.kill(actor, no_restart=True)

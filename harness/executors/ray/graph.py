@@ -1,5 +1,8 @@
-"""The `ray` backend's executor: the rank actors of `ray-actors`, driven through
-a Ray Compiled Graph, as vLLM's Ray executor drives its workers.
+"""The `ray-graph` backend's executor: the rank actors of `ray`, driven through
+a Ray Compiled Graph, as vLLM's compiled-graph Ray executor drives its workers
+(``RayDistributedExecutor``, what vLLM runs with
+``VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0``). Kept to show what that design costs:
+its idle ranks spin in Ray's channel read (C25).
 
 Data flow::
 
@@ -58,12 +61,11 @@ experiment.
   channel and removes them only when the driver disconnects; the executor
   removes its graph's at shutdown.
 
-Across nodes (``nodes > 1``) the ranks take plain actor calls, as
-``ray-actors`` does. A channel's semaphores are named files in the ``/dev/shm``
+It runs on one node only. A channel's semaphores are named files in the ``/dev/shm``
 of the raylet that makes them, opened by name from every process on the
 channel. Inside a test the caller runs in the simulated nodes' world, whose
 ``/dev/shm`` is not its node's: there a channel cannot work as it does on a
-real cluster, and the graph across nodes is untried (the same holds for a
+real cluster, and the graph across nodes is not offered (the same holds for a
 test's private ``/dev/shm``, which the suite does not give a backend with a
 run-wide session).
 
@@ -88,7 +90,7 @@ from harness.contract import ExecutorConfig, ExecutorShutdownError, WorkerInitEr
 from harness.executors._group import GroupExecutor
 from harness.executors.futures import PendingCall, Reply
 from harness.executors.mp.worker import decode_reply, error_reply
-from harness.executors.ray.executor import _EXIT_S, _Group, _RankActor, _remaining, _wait_readable
+from harness.executors.ray.executor import _EXIT_S, _TEARDOWN_S, _Group, _RankActor, _remaining, _wait_readable
 from harness.system import leaks
 
 __all__ = ["RayGraphExecutor"]
@@ -202,6 +204,14 @@ class _GraphGroup(_Group):
         self.semaphores = _mapped_semaphores(ranks) | (_mapped_semaphores([os.getpid()]) - mine_before)
         self.writer = threading.Thread(target=self._write_loop, name="harness-ray-graph-writer", daemon=True)
         self.writer.start()
+
+    def _open_calls(self, deadline: float) -> None:
+        """The graph carries the calls (compiled in ``start``), not ``ray.channels``."""
+
+    def _stop_calls(self) -> None:
+        # The graph is down: the ranks' actors take tasks again.
+        refs = [a.teardown.remote(self.store_dir if r == 0 else None) for r, a in enumerate(self.actors)]
+        ray.wait(refs, num_returns=len(refs), timeout=_TEARDOWN_S)
 
     def _warm_up(self, deadline: float) -> None:
         """One empty execution, so that every rank has opened its channels."""
@@ -377,10 +387,10 @@ class RayGraphExecutor(GroupExecutor):
     local cluster started for this process)."""
 
     def __init__(self, config: ExecutorConfig, *, address: str | None = None) -> None:
-        # Across nodes the ranks take plain actor calls, as ``ray-actors``: see
-        # the module docstring.
-        group = _GraphGroup if config.nodes == 1 else _Group
-        super().__init__(config, lambda: group(config, address))
+        if config.nodes != 1:
+            # See the module docstring: the suite's simulated nodes cannot give a channel what it needs.
+            raise ValueError(f"ray-graph: runs on one node only, got nodes={config.nodes!r}")
+        super().__init__(config, lambda: _GraphGroup(config, address))
 
 
 def _read(channel: Any, end: float) -> Any:

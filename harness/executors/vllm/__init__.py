@@ -6,7 +6,7 @@ it to the suite as vLLM made it::
 
     ExecutorConfig ─► EngineArgs(tiny model, TP = world_size, backend) ─► VllmConfig
                    ─► Executor.get_class(config)  (MultiprocExecutor, UniProcExecutor,
-                                                   RayDistributedExecutor)
+                                                   RayExecutorV2)
                    ─► a subclass adding only what the contract's shape needs:
                       world_size, __enter__/__exit__
 
@@ -19,6 +19,14 @@ start-up failure of C22 is injected through a worker subclass
 vLLM reads its settings from the environment; those this module sets (unless
 the caller has) are the ones a CPU machine needs: a small KV cache, one core
 per rank, callables allowed through ``collective_rpc``, no hub access.
+
+``vllm-ray`` is vLLM's ``RayExecutorV2`` (what ``distributed_executor_backend="ray"``
+resolves to while ``VLLM_USE_RAY_V2_EXECUTOR_BACKEND`` is 1, its default): a
+``MultiprocExecutor`` whose workers are Ray actors. vLLM refuses Ray on a
+platform without a Ray device key, its CPU platform among them: there the name
+``create_ray`` does not import, and the suite reports ``vllm-ray`` "not run"
+with vLLM's check (:func:`ray_refusal`), as it does a backend whose package is
+missing, instead of starting a Ray cluster for vLLM to refuse in every test.
 
 This package holds the adapter (here), the worker subclasses of the C22
 injection (``workers``) and the known failures of vLLM's executors
@@ -36,11 +44,12 @@ from typing import Any
 
 from harness.contract import ExecutorConfig
 from harness.system.environ import environ
+from harness.system.modules import module_installed
 
 # ImportError here makes the backends "not run" with the install hint (harness.backends).
 import vllm  # (isort: skip)
 
-__all__ = ["create_mp", "create_ray", "create_uni", "greedy_tokens", "tiny_model"]
+__all__ = ["create_mp", "create_ray", "create_uni", "greedy_tokens", "ray_refusal", "tiny_model"]
 
 #: What the C22 injection is keyed on (the suite's; see harness.executors.mp.worker).
 FAIL_INIT_ENV = "HARNESS_FAIL_WORKER_INIT"
@@ -187,9 +196,77 @@ def create_uni(config: ExecutorConfig) -> Any:
     return _create(config, "uni")
 
 
-def create_ray(config: ExecutorConfig) -> Any:
-    """vLLM's ``RayDistributedExecutor``: a Ray actor per rank (vLLM refuses it on CPU)."""
+def _create_ray(config: ExecutorConfig) -> Any:
+    """vLLM's ``RayExecutorV2``: a Ray actor per rank, driven through vLLM's
+    shared-memory message queues (only where :func:`ray_refusal` is None)."""
     return _create(config, "ray")
+
+
+_create_ray.__name__ = _create_ray.__qualname__ = "create_ray"
+
+
+def _vllm_line(relpath: str, needle: str, after: str = "") -> str:
+    """``vllm/<relpath>:<line>`` of the first line holding ``needle`` (past the first
+    holding ``after``) in the vLLM installed; the bare path where another release
+    words it otherwise. Read as text: importing vLLM's Ray modules imports Ray,
+    which reads its settings from the environment (the test's, not the suite's)."""
+    where = f"vllm/{relpath}"
+    try:
+        lines = (Path(vllm.__file__).parent / relpath).read_text().splitlines()
+    except OSError:
+        return where
+    start = next((i for i, line in enumerate(lines) if after in line), len(lines)) if after else 0
+    found = next((i for i in range(start, len(lines)) if needle in lines[i]), None)
+    return where if found is None else f"{where}:{found + 1}"
+
+
+def ray_refusal() -> str | None:
+    """Why vLLM cannot build ``vllm-ray`` here, naming vLLM's check; None where it can.
+
+    - The platform: ``initialize_ray_cluster`` (vllm/v1/executor/ray_utils.py), the
+      first step of ``RayExecutorV2._init_executor`` (and of the older
+      ``RayDistributedExecutor``'s), raises ``ValueError("current platform cpu does
+      not support ray.")`` when ``current_platform.ray_device_key`` is empty, which
+      it is on every platform but CUDA, ROCm and XPU: ``CpuPlatform``
+      (vllm/platforms/cpu.py) keeps ``Platform``'s ``""`` (vllm/platforms/interface.py,
+      "empty string means the device does not support ray"). It starts a local Ray
+      cluster first (``ray.init``), then refuses. No setting changes that key.
+    - Ray itself: ``ParallelConfig._verify_args`` (vllm/config/parallel.py) calls
+      ``ray_utils.assert_ray_available()``, which raises ``ValueError("Failed to
+      import Ray ...")`` when Ray is not installed (``executor-harness[ray]``).
+    """
+    from vllm.platforms import current_platform
+
+    if not current_platform.ray_device_key:
+        name = current_platform.device_name
+        return (
+            f"vLLM refuses Ray on its {name} platform: initialize_ray_cluster "
+            f"({_vllm_line('v1/executor/ray_utils.py', 'if not device_str:', 'def initialize_ray_cluster')}), "
+            "RayExecutorV2's first step, checks `if not current_platform.ray_device_key` and raises "
+            f"ValueError('current platform {name} does not support ray.'); {type(current_platform).__name__} "
+            f"({type(current_platform).__module__.replace('.', '/')}.py) keeps Platform.ray_device_key = '' "
+            f"({_vllm_line('platforms/interface.py', 'ray_device_key: str =')}, 'the device does not support ray'). "
+            "vllm-ray needs vLLM's CUDA, ROCm or XPU build, with Ray"
+        )
+    if not module_installed("ray"):
+        return (
+            "vLLM refuses distributed_executor_backend='ray' without Ray: ParallelConfig._verify_args "
+            f"({_vllm_line('config/parallel.py', 'ray_utils.assert_ray_available()')}) calls "
+            "ray_utils.assert_ray_available(), which raises ValueError('Failed to import Ray ...'); "
+            "Ray is not installed here: pip install 'executor-harness[vllm,ray]'"
+        )
+    return None
+
+
+def __getattr__(name: str) -> Any:
+    """``create_ray`` where vLLM can run Ray; where it cannot, an ImportError with
+    the reason, which the suite reports as ``vllm-ray`` not run (harness.backends)."""
+    if name == "create_ray":
+        reason = ray_refusal()
+        if reason is not None:
+            raise ImportError(reason, name=__name__)
+        return _create_ray
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def greedy_tokens(
@@ -240,13 +317,13 @@ def _vllm_version() -> str:
 
 #: What vLLM 0.32 is known to fail (harness/pytest_plugin/expected.py), and the version installed, for the report.
 KNOWN_FAILURES = str(Path(__file__).with_name("vllm_known_failures.txt"))
-for _factory in (create_mp, create_uni, create_ray):
+for _factory in (create_mp, create_uni, _create_ray):
     _factory.expected_failures = KNOWN_FAILURES  # type: ignore[attr-defined]
     _factory.version = _vllm_version  # type: ignore[attr-defined]
 
 # vLLM's CPU platform starts workers with spawn whatever it is asked.
 create_mp.start_methods = ("spawn",)  # type: ignore[attr-defined]
-create_ray.start_methods = ("spawn",)  # type: ignore[attr-defined]
+_create_ray.start_methods = ("spawn",)  # type: ignore[attr-defined]
 create_uni.start_methods = ("spawn",)  # type: ignore[attr-defined]
 create_uni.world_sizes = (1,)  # type: ignore[attr-defined]
 
@@ -261,5 +338,5 @@ _PRELOAD = (
     "vllm.v1.worker.cpu_worker",  # vllm-uni's worker runs in the caller
     "vllm.model_executor.models.llama",
 )
-for _factory in (create_mp, create_uni, create_ray):
+for _factory in (create_mp, create_uni, _create_ray):
     _factory.preload = _PRELOAD  # type: ignore[attr-defined]
