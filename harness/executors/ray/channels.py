@@ -137,6 +137,7 @@ class CallerChannels:
         self.pidfds: dict[int, int] = {}  # local rank -> pidfd, for the waits (owned by the group)
         self._address = address
         self.broken: BaseException | None = None
+        self._selector: selectors.BaseSelector | None = None
         if self.local_ranks:
             self.ring = RingWriter(len(self.local_ranks), ring_slots, slot_size)
             for _ in self.local_ranks:
@@ -331,15 +332,7 @@ class CallerChannels:
             replies = self._poll()
             if replies:
                 return replies, [], False
-            with selectors.DefaultSelector() as sel:
-                sel.register(self._stop_r, selectors.EVENT_READ, ("stop", -1))
-                if self.notify_r >= 0:
-                    sel.register(self.notify_r, selectors.EVENT_READ, ("reply", -1))
-                for rank, sock in self.sockets.items():
-                    sel.register(sock, selectors.EVENT_READ, ("socket", rank))
-                for rank, fd in self.pidfds.items():
-                    sel.register(fd, selectors.EVENT_READ, ("exit", rank))
-                events = [key.data for key, _ in sel.select(timeout)]
+            events = [key.data for key, _ in self._waits().select(timeout)]
         finally:
             for reader in self.reply_readers:
                 reader.set_asleep(False)
@@ -347,6 +340,20 @@ class CallerChannels:
         dead += self._read_sockets()
         # Replies sent before a death are delivered first.
         return self._poll(), dead, ("stop", -1) in events
+
+    def _waits(self) -> selectors.BaseSelector:
+        """What a wait for replies sleeps on, registered once (a selector per wait
+        would cost a few system calls on every call that sleeps)."""
+        if self._selector is None:
+            sel = self._selector = selectors.DefaultSelector()
+            sel.register(self._stop_r, selectors.EVENT_READ, ("stop", -1))
+            if self.notify_r >= 0:
+                sel.register(self.notify_r, selectors.EVENT_READ, ("reply", -1))
+            for rank, sock in self.sockets.items():
+                sel.register(sock, selectors.EVENT_READ, ("socket", rank))
+            for rank, fd in self.pidfds.items():
+                sel.register(fd, selectors.EVENT_READ, ("exit", rank))
+        return self._selector
 
     def _poll(self) -> list[Reply]:
         # One reply per local rank at most (as mp), every whole frame of the sockets.
@@ -398,6 +405,9 @@ class CallerChannels:
                 sock.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
+        if self._selector is not None:
+            self._selector.close()
+            self._selector = None
         self.close_death_pipe()
         for sock in self.sockets.values():
             sock.close()

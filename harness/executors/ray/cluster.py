@@ -97,6 +97,7 @@ class LocalCluster:
         env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         # Stopping is this module's business: no 30 s drain on SIGTERM.
         env.setdefault("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "0")
+        env.setdefault(WORKER_NICENESS, "0")
         try:
             keeper = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, pass_fds=(death_r,), start_new_session=True)
         finally:
@@ -204,6 +205,12 @@ def start_too_slow_for_ray(log_text: str) -> bool:
     within Ray's own fixed 30 s (``ray/_private/node.py``; no setting changes it):
     a loaded machine's, which a second start may get past."""
     return any(words in log_text for words in _SLOW_START)
+
+
+#: The raylet starts worker processes at this niceness (Ray's default: 15). A
+#: rank at 15 that shares a core with its caller at 0 runs only when the caller
+#: sleeps: the ranks of the clusters started here run at the caller's priority.
+WORKER_NICENESS = "RAY_worker_niceness"
 
 
 def ray_start_bound() -> float:

@@ -114,6 +114,7 @@ class SimulatedCluster:
             RAY_AUTH_MODE="token",
             RAY_AUTH_TOKEN_PATH=f"{self._ray_dir(node)}/{_TOKEN_FILE}",
             RAY_USAGE_STATS_ENABLED="0",
+            RAY_worker_niceness="0",  # as cluster.WORKER_NICENESS
             # The cluster ends with its namespaces: no 30 s drain on SIGTERM.
             RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S="0",
             # The head's GCS calls a node dead after 5 missed health checks; with
