@@ -33,6 +33,7 @@ from typing import Any
 from harness.backends import load_backend
 from harness.conformance import probes
 from harness.executors.mp.shm import buffer_of
+from harness.perf._quiet import wait_for_quiet
 from harness.perf.runner import parse_side
 from harness.perf.workloads import time_calls
 from harness.system.environ import environ
@@ -189,6 +190,11 @@ def measure_naive(world_size: int, iters: int, warmup: int) -> LatencyResult:
 # ---- a backend --------------------------------------------------------------------
 
 
+#: Before the calls are timed: at least this pause, then until the CPUs are quiet, at most this long.
+_SETTLE_S = 0.2
+_QUIET_MAX_S = 15.0
+
+
 def measure_backend(backend: str, world_size: int, iters: int, warmup: int) -> LatencyResult:
     """Round trips of an empty call, with the executor's start-up (factory to the
     first completed call; for ``ray`` with no cluster named, starting one) and
@@ -200,6 +206,9 @@ def measure_backend(backend: str, world_size: int, iters: int, warmup: int) -> L
     try:
         ex.collective_rpc(probes.noop)
         startup = time.perf_counter() - t0
+        # A cluster the executor just started (ray's) keeps starting processes of
+        # its own for seconds: the calls are timed once the CPUs are quiet.
+        wait_for_quiet(_SETTLE_S, _QUIET_MAX_S)
         result = _summarise(backend, world_size, time_calls(lambda: ex.collective_rpc(probes.noop), iters, warmup))
     finally:
         t1 = time.perf_counter()
