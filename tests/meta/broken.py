@@ -2186,12 +2186,22 @@ def ray_node_death_unnoticed(config: ExecutorConfig) -> Any:
 
 def ray_outlives_the_caller(config: ExecutorConfig) -> Any:
     """C13 across nodes: its placement group and actors are detached (Ray keeps
-    them when their driver dies), so when the caller is SIGKILLed every worker
-    on every node runs on. A normal shutdown still stops them."""
-    from harness.executors.ray.executor import _Group
+    them when their driver dies), and a rank whose channel to the caller closes
+    stays instead of exiting, so when the caller is SIGKILLed every worker on
+    every node runs on. A normal shutdown still stops them (Ray kills them)."""
+    import ray
+
+    from harness.executors.ray.executor import _Group, _RankActor
+
+    class Lingering(_RankActor):  # type: ignore[misc]
+        def serve(self, store_dir: str | None) -> None:
+            # The channel ends the rank with os._exit when the caller is gone: not this one.
+            os._exit = lambda code: time.sleep(3600)  # type: ignore[assignment]
+            _RankActor.serve(self, store_dir)
 
     class Detached(_Group):  # type: ignore[misc]
         lifetime = "detached"
+        actor_class = ray.remote(Lingering)
 
     return _ray_group(Detached)(config)
 
