@@ -522,11 +522,11 @@ def _process_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _threads_runnable_ns() -> dict[int, int]:
-    """Per thread of this process: the nanoseconds it has spent on a CPU or
-    waiting for one (``/proc/self/task/<tid>/schedstat``); empty where the
-    kernel keeps no such count."""
-    out: dict[int, int] = {}
+def _threads_runnable_ns() -> dict[int, tuple[int, int]]:
+    """Per thread of this process: the nanoseconds it has spent on a CPU, and
+    on a CPU or waiting for one (``/proc/self/task/<tid>/schedstat``); empty
+    where the kernel keeps no such count."""
+    out: dict[int, tuple[int, int]] = {}
     try:
         tids = os.listdir("/proc/self/task")
     except OSError:
@@ -535,7 +535,7 @@ def _threads_runnable_ns() -> dict[int, int]:
         try:
             with open(f"/proc/self/task/{tid}/schedstat", encoding="ascii") as f:
                 on_cpu, waiting = f.read().split()[:2]
-            out[int(tid)] = int(on_cpu) + int(waiting)
+            out[int(tid)] = (int(on_cpu), int(on_cpu) + int(waiting))
         except (OSError, ValueError):
             continue
     return out
@@ -563,8 +563,9 @@ def measure_idle_cpu(worker: Any, key: str, after_s: float, over_s: float) -> in
 
     Two figures: the CPU time of the process (every thread, ``getrusage``), and
     of its busiest thread, how much of the window it was runnable (on a CPU or
-    waiting for one, from ``/proc``'s schedstat): a thread that never sleeps is
-    runnable throughout, however little of a CPU a loaded machine gives it. The
+    waiting for one, from ``/proc``'s schedstat) and how much of it on a CPU: a
+    thread that never sleeps is runnable throughout, however little of a CPU a
+    loaded machine gives it. The
     caller makes no call meanwhile, so the window sees the worker idle; the
     measuring thread sleeps throughout and is not counted as the busiest.
     ``idle_cpu_measured`` collects the figures."""
@@ -582,12 +583,20 @@ def measure_idle_cpu(worker: Any, key: str, after_s: float, over_s: float) -> in
         wall = t1 - t0
         me = threading.get_native_id()
         busiest = max(
-            ((runnable1[tid] - ns, tid) for tid, ns in runnable0.items() if tid in runnable1 and tid != me),
+            (
+                (runnable1[tid][1] - ns, runnable1[tid][0] - on_cpu, tid)
+                for tid, (on_cpu, ns) in runnable0.items()
+                if tid in runnable1 and tid != me
+            ),
             default=None,
         )
         found.update(cpu_s=cpu1 - cpu0, wall_s=wall, began=began, ended=time.time(), pid=os.getpid())
         if busiest is not None:
-            found.update(busiest_runnable=busiest[0] / 1e9 / wall, busiest_thread=_thread_name(busiest[1]))
+            found.update(
+                busiest_runnable=busiest[0] / 1e9 / wall,
+                busiest_on_cpu=busiest[1] / 1e9 / wall,
+                busiest_thread=_thread_name(busiest[2]),
+            )
 
     # Named as the suite's own threads are: for a rank in the caller's process
     # (uni), the leak check after the test does not count it.
@@ -600,8 +609,8 @@ def measure_idle_cpu(worker: Any, key: str, after_s: float, over_s: float) -> in
 def idle_cpu_measured(worker: Any, key: str, wait_s: float) -> dict[str, Any]:
     """What ``measure_idle_cpu(key)`` found in this rank's process: ``cpu_s``
     over ``wall_s`` (the window began at ``began`` and ended at ``ended``,
-    wall-clock times), the busiest thread's name and runnable share of the
-    window (absent where ``/proc`` has no schedstat), and ``arrived``, when this
+    wall-clock times), the busiest thread's name, runnable share and on-CPU
+    share of the window (absent where ``/proc`` has no schedstat), and ``arrived``, when this
     call came. Its thread is waited for up to ``wait_s`` if its window has not
     ended yet. ``missing``: why there is no figure."""
     arrived = time.time()

@@ -577,6 +577,12 @@ IDLE_WORKER_SHARE = 0.05
 #: burns as much, far over IDLE_WORKER_SHARE; on a loaded one it may get under
 #: 5 % of a core and still never sleep: this figure does not shrink with the load.
 NEVER_SLEEPS_SHARE = 0.9
+#: ... and on a CPU at least this much of it. A thread asleep throughout can
+#: read as runnable: kernels that leave a sleeping thread queued for a while
+#: (EEVDF's delayed dequeue) have counted its sleep as waiting for a CPU. A
+#: thread that never sleeps gets far more than this, unless hundreds of others
+#: share each CPU.
+NEVER_SLEEPS_ON_CPU = 0.002
 #: A worker's measuring thread counts from when the call that starts it runs,
 #: before its reply is on the way back: this much more, so that its window
 #: begins at least IDLE_AFTER_S after the call completed in the caller.
@@ -587,7 +593,8 @@ def _burning(rank: int, f: dict[str, Any], returned: float) -> str | None:
     """What is wrong with ``rank``'s idle figure ``f``, or None."""
     share = f["cpu_s"] / f["wall_s"]
     runnable = f.get("busiest_runnable", 0.0)
-    if share < IDLE_WORKER_SHARE and runnable < NEVER_SLEEPS_SHARE:
+    never_slept = runnable >= NEVER_SLEEPS_SHARE and f.get("busiest_on_cpu", 0.0) >= NEVER_SLEEPS_ON_CPU
+    if share < IDLE_WORKER_SHARE and not never_slept:
         return None
     window = (
         f"over {f['wall_s']:.1f} s, from {f['began'] - returned:.1f} s to {f['ended'] - returned:.1f} s "
@@ -596,8 +603,9 @@ def _burning(rank: int, f: dict[str, Any], returned: float) -> str | None:
     if f["arrived"] < f["ended"]:
         window += f" (the collecting call came {f['ended'] - f['arrived']:.2f} s before the window ended)"
     spinner = (
-        f"its thread {f['busiest_thread']!r} never slept (runnable {100 * runnable:.0f} % of the window)"
-        if runnable >= NEVER_SLEEPS_SHARE
+        f"its thread {f['busiest_thread']!r} never slept (runnable {100 * runnable:.0f} % of the window, "
+        f"on a CPU {100 * f['busiest_on_cpu']:.1f} %)"
+        if never_slept
         else ""
     )
     if share >= IDLE_WORKER_SHARE:
