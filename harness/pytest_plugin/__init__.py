@@ -70,6 +70,7 @@ from harness.pytest_plugin.options import (
 from harness.pytest_plugin.outcomes import LEAK_CLAUSE, MatrixCollector, tag_item
 from harness.pytest_plugin.parallel import EXCLUSIVE_MARKER, ISOLATED_MARKER, run_side_by_side
 from harness.report import ClauseMatrix, machine_settings
+from harness.system.cpu import log_run_cpu, run_started
 from harness.system.load import start_up_scale
 from harness.system.nodes import unavailable_reason
 from harness.system.reaper import Reaper
@@ -614,6 +615,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     the settings and the spec version into a JUnit report, when one is written."""
     from _pytest.junitxml import xml_key
 
+    run_started()
     xml = session.config.stash.get(xml_key, None)
     if xml is not None:
         for key, value in session.config.stash[matrix_key].settings.items():
@@ -761,6 +763,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Complete the matrix; a run that checked nothing for a named backend fails.
     An xdist worker hands what it collected to the controller, which does that."""
     collector = session.config.stash[collector_key]
+    log_run_cpu()
     if _xdist_worker(session.config):
         session.config.workeroutput["harness"] = collector.to_worker_output()  # type: ignore[attr-defined]
         return

@@ -27,6 +27,7 @@ import pytest
 
 from harness.pytest_plugin.options import Options
 from harness.system import leaks, leftovers
+from harness.system.cpu import CPU_PROPERTY, cpu_so_far, log_test_cpu
 from harness.system.leaks import SHM_DIR
 from harness.system.load import load_per_cpu, load_scale
 from harness.system.reaper import Reaper, reap
@@ -222,6 +223,7 @@ class IsolatedTest:
             from _pytest.runner import runtestprotocol
 
             config = self.item.config
+            config.pluginmanager.register(_PhaseCpu(), "harness-phase-cpu")
             from _pytest.warnings import catch_warnings_for_item
 
             # The warning filters (ini, marks) pytest applies around a test in its
@@ -337,7 +339,28 @@ class IsolatedTest:
         reports[-1].user_properties += [(REMOVED_PROPERTY, json.dumps(left)), ("harness_shm", how)]
         for report in reports:  # a failure's note says so where the machine was busier than its CPUs
             report.user_properties.append((LOAD_PROPERTY, f"{load_per_cpu():.1f}"))
+        cpu = next((v for r in reports for k, v in r.user_properties if k == CPU_PROPERTY), None)
+        if cpu is not None:
+            log_test_cpu(item.nodeid, json.loads(str(cpu)), {r.when: round(r.duration, 3) for r in reports})
         return reports
+
+
+class _PhaseCpu:
+    """In a test's own process: the CPU each phase of the test cost (this process,
+    the workers it reaped, those still running), on the teardown report as
+    :data:`CPU_PROPERTY`, JSON by phase."""
+
+    def __init__(self) -> None:
+        self._last = cpu_so_far(())
+        self._phases: dict[str, float] = {}
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> None:
+        now = cpu_so_far(leaks.started_by(os.getpid(), leaks.tag()))
+        self._phases[call.when] = round(now - self._last, 3)
+        self._last = now
+        if call.when == "teardown":
+            item.user_properties.append((CPU_PROPERTY, json.dumps(self._phases)))
 
 
 #: After this long, and as often again, a still-running test is named on the terminal.

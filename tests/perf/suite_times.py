@@ -4,6 +4,7 @@
     python tests/perf/suite_times.py overhead            # harness overhead per test, no executor
     python tests/perf/suite_times.py breakdown [ARGS]    # one pytest run, time per phase and variant
     python tests/perf/suite_times.py table [ROW ...]     # the wall time of each row of the target table
+    python tests/perf/suite_times.py cpu [--top N] -- CMD  # where CMD's CPU goes (a make job, conform, pytest)
 
 ``breakdown`` runs ``python -m pytest ARGS --durations=0`` (default ARGS: the
 suite for the built-in backends, ``-m "not gpu" tests/distributed``) and sums
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import os
 import re
 import subprocess
@@ -125,6 +127,89 @@ def breakdown(args: list[str]) -> None:
     print(out.strip().splitlines()[-1] if out.strip() else "")
 
 
+_CLAUSE = re.compile(r"::test_(c\d+)_")
+_FAMILY_VARIANT = re.compile(r"\[([^\]-]+)-ws\d+-([a-z]+)")
+
+
+def family(nodeid: str) -> str:
+    """A test's family: clause x backend x start method for the suite's tests
+    (``C10 mp spawn``), else its file."""
+    path = nodeid.split("::", maxsplit=1)[0]
+    clause = _CLAUSE.search(nodeid)
+    variant = _FAMILY_VARIANT.search(nodeid)
+    if clause and variant:
+        return f"{clause.group(1).upper()} {variant.group(1)} {variant.group(2)}"
+    if variant:
+        return f"{path} {variant.group(1)} {variant.group(2)}"
+    return path
+
+
+def cpu(cmd: list[str], top: int) -> None:
+    """Run ``cmd`` with every isolated test's CPU logged (HARNESS_CPU_LOG), then
+    print the whole command's figures and its test families by CPU."""
+    if not cmd:
+        sys.exit("cpu: no command given after --")
+    with tempfile.TemporaryDirectory() as folder:
+        log = os.path.join(folder, "cpu.jsonl")
+        print("$", " ".join(cmd), flush=True)
+        before, start = _busy(), time.monotonic()
+        rc = subprocess.run(cmd, env={**os.environ, "HARNESS_CPU_LOG": log}, check=False).returncode
+        wall, busy = time.monotonic() - start, _busy() - before
+        rows = []
+        if os.path.exists(log):
+            with open(log, encoding="utf-8") as f:
+                rows = [json.loads(line) for line in f if line.strip()]
+    runs = [row for row in rows if "run_cpu" in row]
+    rows = [row for row in rows if "test" in row]
+    if runs:
+        print(f"\n{'pytest run (a make job runs one or more)':72} {'CPU s':>8} {'wall s':>8} {'cores':>6}")
+        for run in sorted(runs, key=lambda r: -float(r["run_cpu"])):
+            wall_s = float(run["run_wall"]) or 1.0
+            print(f"{run['run'][:72]:72} {run['run_cpu']:8.0f} {run['run_wall']:8.0f} {run['run_cpu'] / wall_s:6.2f}")
+        print(
+            "  (a run's CPU: its own process and every process it reaped, the tests and their workers; "
+            "not a Ray cluster's processes)"
+        )
+    sums: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    for row in rows:
+        key = family(row["test"])
+        sums[key]["tests"] += 1
+        for phase in ("setup", "call", "teardown"):
+            sums[key][phase] += float(row["cpu"].get(phase, 0.0))
+            sums[key]["wall"] += float(row["wall"].get(phase, 0.0))
+    in_tests = sum(s["setup"] + s["call"] + s["teardown"] for s in sums.values())
+    print(f"\nexit {rc}; {wall:.0f} s wall; the machine's CPU: {busy:.0f} s ({busy / wall:.2f} cores on average)")
+    print(
+        f"isolated tests: {len(rows)}, {in_tests:.0f} s of CPU (their processes and the workers they started); "
+        f"the rest, {busy - in_tests:.0f} s: pytest's own processes, tests run in them, Ray clusters, "
+        "and anything else on the machine"
+    )
+    print(
+        f"\n{'family (clause backend start-method, or file)':48} {'tests':>5} {'start-up':>9} {'check':>8} "
+        f"{'teardown':>9} {'CPU s':>8} {'wall s':>8}"
+    )
+    ranked = sorted(sums.items(), key=lambda kv: -(kv[1]["setup"] + kv[1]["call"] + kv[1]["teardown"]))
+    for key, s in ranked[:top]:
+        total = s["setup"] + s["call"] + s["teardown"]
+        print(
+            f"{key[:48]:48} {s['tests']:5d} {s['setup']:9.1f} {s['call']:8.1f} {s['teardown']:9.1f} "
+            f"{total:8.1f} {s['wall']:8.1f}"
+        )
+    if len(ranked) > top:
+        rest = ranked[top:]
+        total = sum(s["setup"] + s["call"] + s["teardown"] for _, s in rest)
+        print(
+            f"{f'({len(rest)} more families)':48} {sum(s['tests'] for _, s in rest):5d} {'':9} {'':8} {'':9} "
+            f"{total:8.1f}"
+        )
+    phases = {p: sum(s[p] for s in sums.values()) for p in ("setup", "call", "teardown")}
+    print(
+        f"{'all':48} {len(rows):5d} {phases['setup']:9.1f} {phases['call']:8.1f} {phases['teardown']:9.1f} "
+        f"{in_tests:8.1f}"
+    )
+    sys.exit(rc)
+
+
 def table(rows: list[str]) -> None:
     unknown = [r for r in rows if r not in ROWS]
     if unknown:
@@ -142,8 +227,16 @@ def main() -> None:
     p.add_argument("-n", type=int, default=50)
     sub.add_parser("breakdown", help="then pytest's arguments")
     sub.add_parser("table").add_argument("rows", nargs="*", help=f"some of: {', '.join(ROWS)} (default: all)")
+    p = sub.add_parser("cpu", help="then --, then the command")
+    p.add_argument("--top", type=int, default=25)
     if sys.argv[1:2] == ["breakdown"]:  # everything after it is pytest's
         breakdown(sys.argv[2:])
+        return
+    if sys.argv[1:2] == ["cpu"]:  # everything after -- is the command's
+        rest = sys.argv[2:]
+        at = rest.index("--") if "--" in rest else len(rest)
+        top = parser.parse_args(["cpu", *rest[:at]]).top
+        cpu(rest[at + 1 :], top)
         return
     ns = parser.parse_args()
     if ns.what == "overhead":
