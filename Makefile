@@ -12,7 +12,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-vllm install-compat conform chaos test test-core test-meta-side test-nodes-meta test-apart test-chaos test-chaos-meta test-chaos-built-in test-browser install-browser screenshot test-nodes test-nodes-full test-vllm test-vllm-full vllm-perf vllm-report vllm-chaos vllm-versions lint bench gpu-test gpu-test-vllm
+.PHONY: install install-vllm install-compat conform conform-full test-quick chaos test test-core test-meta-side test-nodes-meta test-apart test-chaos test-chaos-meta test-chaos-built-in test-browser install-browser screenshot test-nodes test-nodes-full test-vllm test-vllm-full vllm-perf vllm-report vllm-chaos vllm-versions lint bench gpu-test gpu-test-vllm
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -144,10 +144,24 @@ gpu-test-vllm: $(VLLM_STAMP)
 
 ## The main job: the conformance suite against the built-in backends, with the clause matrix.
 ## Its reports: reports/conform.json, and reports/conform.html (the page, each cell's evidence a click away).
+## Every cell is judged: each backend's first start method by every test, at world
+## sizes 1, 2 and 4; mp's spawn and forkserver (at 2), and ray and ray-graph, by
+## one test of every clause (harness/conformance/sample.py), as CI does. Every
+## test of every variant: make conform-full.
+CONFORM = $(BIN)/python -m harness conform --backend uni,mp,ray,ray-graph --world-size 1,2,4 \
+    --report-json reports/conform.json --report-html reports/conform.html
 conform: $(STAMP)
 	@mkdir -p reports
-	$(BIN)/python -m harness conform --backend uni,mp,ray,ray-graph --world-size 1,2,4 \
-	    --report-json reports/conform.json --report-html reports/conform.html
+	$(CONFORM) --harness-sample ray,ray-graph
+conform-full: $(STAMP)
+	@mkdir -p reports
+	$(CONFORM) --full
+
+## A first check on a laptop: the unit tests, then the suite for mp at world size 2
+## (fork by every test, spawn and forkserver by the sample).
+test-quick: $(STAMP)
+	$(BIN)/python -m pytest -p no:cacheprovider -q -n 2 tests/unit
+	$(BIN)/python -m harness conform --backend mp --world-size 2 -q
 
 ## The tests: the simulated tier (CPU workers on gloo) beside vLLM's venv and
 ## the browser install (pip and apt: mostly network and disk, which the core

@@ -81,6 +81,8 @@ def _conform(args: argparse.Namespace, pytest_args: list[str]) -> int:
             argv += [flag, str(value)]
     if args.require_nodes:
         argv.append("--harness-require-nodes")
+    if not args.full and not args.sample and not args.submission:
+        argv.append("--harness-sample-others")
     if not args.world_size:
         # Its documented default, whatever ini the current folder has (a project
         # may narrow a backend's world sizes for its own CI).
@@ -488,6 +490,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--sample",
         action="store_true",
         help="one test of every clause (harness/conformance/sample.py), for a short run; with -k, those it matches",
+    )
+    conform.add_argument(
+        "--full",
+        action="store_true",
+        help="every test of every variant; by default a backend's other start methods (beside its first) run "
+        "one test of every clause, its first every test (a submission always runs every test)",
     )
     conform.set_defaults(func=_conform)
     conform.epilog = "Any other argument goes to pytest as it is (-x, --junitxml=F, -q, ...)."

@@ -247,7 +247,10 @@ def pytest_configure(config: pytest.Config) -> None:
             **(
                 {}
                 if opts.start_methods_explicit
-                else {"start methods run": "a backend's first at every world size, its others at one (2 if selected)"}
+                else {
+                    "start methods run": "a backend's first at every world size, its others at one (2 if selected)"
+                    + (", the sample alone (one test of every clause)" if opts.sample_others else "")
+                }
             ),
             **({"required GPUs": opts.require_gpus} if opts.require_gpus else {}),
             **({"node counts": opts.nodes} if opts.nodes != [1] else {}),
@@ -541,7 +544,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                     item.stash[_missing_key] = f"{reason}, and --require-gpus {opts.require_gpus} demands them"
                 else:
                     item.add_marker(pytest.mark.skip(reason=reason))
-    if opts.sample:
+    if opts.sample or opts.sample_others:
         # After tagging: the matrix shows what the sample left out as not run, filtered out.
         dropped = [i for i in items if not _in_sample(i, opts)]
         if dropped:

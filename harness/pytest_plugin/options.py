@@ -60,6 +60,11 @@ HELP_NODES = (
     "across that many simulated nodes (a Ray cluster in network namespaces; needs root), or across the "
     "real cluster RAY_ADDRESS names; a backend that does not declare it reads not applicable"
 )
+HELP_SAMPLE_OTHERS = (
+    "where the start methods are the default, a backend's other start methods run the sample "
+    "(one test of every clause, harness/conformance/sample.py); its first runs every test "
+    "(python -m harness conform does this unless given --full)"
+)
 HELP_REQUIRE_NODES = (
     "fail, instead of reading not run, the multi-node variants that cannot run here "
     "(no root for network namespaces): a multi-node runner that lost them must not read green"
@@ -132,11 +137,25 @@ class Options:
     nodes: list[int] = field(default_factory=lambda: [1])
     #: --harness-require-nodes: a multi-node variant that cannot run fails instead of reading not run.
     require_nodes: bool = False
+    #: --harness-sample-others: where the start methods are the default, a
+    #: backend's other start methods run the sample (its first runs every test).
+    sample_others: bool = False
 
     def samples(self, variant: Variant) -> bool:
-        """Whether ``variant`` runs the sample alone (--harness-sample)."""
+        """Whether ``variant`` runs the sample alone (--harness-sample, or
+        --harness-sample-others for a backend's other start methods)."""
         name = variant.backend.name
-        return name in self.sample or f"{name}/{variant.start_method}" in self.sample
+        if name in self.sample or f"{name}/{variant.start_method}" in self.sample:
+            return True
+        if not self.sample_others or self.start_methods_explicit:
+            return False
+        offered = self.offered_start_methods(variant.backend)
+        return bool(offered) and variant.start_method != offered[0]
+
+    def offered_start_methods(self, loaded: LoadedBackend | None) -> list[str]:
+        """The selected start methods that mean something to ``loaded``, its first first."""
+        declared = loaded.start_methods if loaded is not None else None
+        return [m for m in (declared or START_METHODS) if m in self.start_methods]
 
     def world_sizes_of(
         self, backend: str, start_method: str | None = None, loaded: LoadedBackend | None = None
@@ -149,8 +168,7 @@ class Options:
         sizes = self.backend_world_sizes.get(backend, self.world_sizes)
         if start_method is None or self.start_methods_explicit:
             return sizes
-        declared = loaded.start_methods if loaded is not None else None
-        offered = [m for m in (declared or START_METHODS) if m in self.start_methods]
+        offered = self.offered_start_methods(loaded)
         if not offered or start_method == offered[0]:
             return sizes
         runnable = [ws for ws in sizes if loaded is None or loaded.supports_world_size(ws)]
@@ -228,6 +246,9 @@ def add_options(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--harness-keep-leftovers", dest="harness_keep_leftovers", action="store_true", help=HELP_KEEP_LEFTOVERS
+    )
+    group.addoption(
+        "--harness-sample-others", dest="harness_sample_others", action="store_true", help=HELP_SAMPLE_OTHERS
     )
     parser.addini("harness_backends", HELP_BACKEND, default="")
     parser.addini("harness_world_sizes", HELP_WORLD_SIZE, default="")
@@ -353,6 +374,7 @@ def parse_options(config: pytest.Config) -> Options:
     nodes_text, nodes_where = _setting(config, "harness_nodes", "HARNESS_NODES", "harness_nodes", "1")
     nodes = _node_counts(nodes_text, nodes_where)
     require_nodes = bool(config.getoption("harness_require_nodes")) or _flag_env("HARNESS_REQUIRE_NODES")
+    sample_others = bool(config.getoption("harness_sample_others")) or _flag_env("HARNESS_SAMPLE_OTHERS")
     isolate_text = (config.getoption("harness_isolate") or "yes").lower()
     if isolate_text not in ("yes", "no"):
         raise pytest.UsageError(f"Invalid --isolate {isolate_text!r} from the command line: expected yes or no")
@@ -377,6 +399,7 @@ def parse_options(config: pytest.Config) -> Options:
         sample_where=sample_where,
         nodes=nodes,
         require_nodes=require_nodes,
+        sample_others=sample_others,
     )
 
 

@@ -51,7 +51,7 @@ def _run_name() -> str:
     """This run's command line, as a make job started it (its name in the tables)."""
     import sys
 
-    return " ".join([os.path.basename(sys.argv[0]), *sys.argv[1:]])[:200]
+    return " ".join([os.path.basename(sys.argv[0]), *sys.argv[1:]])[:1000]
 
 
 def run_started() -> None:

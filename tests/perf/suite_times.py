@@ -144,6 +144,23 @@ def family(nodeid: str) -> str:
     return path
 
 
+_NOISE = ("-c", "--rootdir", "--confcutdir", "-p", "--report-json", "--report-md", "--report-html", "--junitxml")
+
+
+def run_label(run: str) -> str:
+    """A pytest run's command line without what every run has (its config,
+    root, plugins, report files): what tells one make job's run from another."""
+    words, out, skip = run.split(), [], False
+    for word in words[1:]:
+        if skip:
+            skip = False
+        elif word in _NOISE:
+            skip = True
+        elif not word.startswith(("--durations", "--harness-report", "-q")):
+            out.append(word.replace(os.getcwd() + "/", ""))
+    return " ".join(out) or run
+
+
 def cpu(cmd: list[str], top: int) -> None:
     """Run ``cmd`` with every isolated test's CPU logged (HARNESS_CPU_LOG), then
     print the whole command's figures and its test families by CPU."""
@@ -165,7 +182,8 @@ def cpu(cmd: list[str], top: int) -> None:
         print(f"\n{'pytest run (a make job runs one or more)':72} {'CPU s':>8} {'wall s':>8} {'cores':>6}")
         for run in sorted(runs, key=lambda r: -float(r["run_cpu"])):
             wall_s = float(run["run_wall"]) or 1.0
-            print(f"{run['run'][:72]:72} {run['run_cpu']:8.0f} {run['run_wall']:8.0f} {run['run_cpu'] / wall_s:6.2f}")
+            label, cores = run_label(run["run"])[:72], run["run_cpu"] / wall_s
+            print(f"{label:72} {run['run_cpu']:8.0f} {run['run_wall']:8.0f} {cores:6.2f}")
         print(
             "  (a run's CPU: its own process and every process it reaped, the tests and their workers; "
             "not a Ray cluster's processes)"
