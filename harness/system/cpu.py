@@ -45,6 +45,10 @@ def cpu_so_far(live: Iterable[int]) -> float:
 
 
 _STARTED: list[float] = []
+#: The log file this process writes to, taken from the environment at the start
+#: of its run (and removed from it: the pytest runs its tests start log nothing,
+#: their CPU is already their test's).
+_LOG: list[str] = []
 
 
 def _run_name() -> str:
@@ -55,10 +59,12 @@ def _run_name() -> str:
 
 
 def run_started() -> None:
-    """Mark the start of this process's pytest run (:func:`log_run_cpu`'s wall time)."""
+    """Mark the start of this process's pytest run (:func:`log_run_cpu`'s wall
+    time), and take the log file from the environment."""
     import time
 
     _STARTED[:] = [time.monotonic()]
+    _LOG[:] = [os.environ.pop(CPU_LOG_ENV, "")]
 
 
 def log_run_cpu() -> None:
@@ -82,7 +88,7 @@ def log_test_cpu(nodeid: str, cpu: dict[str, float], wall: dict[str, float]) -> 
 def _append(entry: dict[str, object]) -> None:
     import json
 
-    path = os.environ.get(CPU_LOG_ENV)
+    path = _LOG[0] if _LOG else os.environ.get(CPU_LOG_ENV)
     if not path:
         return
     line = json.dumps(entry)

@@ -44,9 +44,28 @@ def test_a_process_cpu_is_read_from_proc_and_a_gone_one_reads_zero() -> None:
 
 def test_nothing_is_logged_without_the_variable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv(cpu.CPU_LOG_ENV, raising=False)
+    monkeypatch.setattr(cpu, "_LOG", [])
     monkeypatch.chdir(tmp_path)
     cpu.log_test_cpu("t::x", {"call": 1.0}, {"call": 1.0})
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_takes_the_log_from_the_environment_so_the_runs_its_tests_start_log_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    log = tmp_path / "cpu.jsonl"
+    monkeypatch.setattr(cpu, "_LOG", [])
+    monkeypatch.setattr(cpu, "_STARTED", [])
+    monkeypatch.setenv(cpu.CPU_LOG_ENV, str(log))
+    cpu.run_started()
+    # A pytest run that a test starts inherits this environment: without the
+    # variable, its CPU is counted once, in the test that started it.
+    assert cpu.CPU_LOG_ENV not in os.environ
+    cpu.log_test_cpu("t::x", {"call": 1.0}, {"call": 2.0})
+    cpu.log_run_cpu()
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert lines[0]["test"] == "t::x" and lines[0]["wall"] == {"call": 2.0}
+    assert lines[1]["run_cpu"] > 0 and lines[1]["run_wall"] >= 0
 
 
 @pytest.mark.timeout(300)
