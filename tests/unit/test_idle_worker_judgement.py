@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from harness.conformance import probes
-from harness.conformance.test_lifecycle import _burning
+from harness.conformance.test_lifecycle import NEVER_SLEEPS_ON_CPU, _burning
 
 
 def _figure(cpu_share: float, runnable: float, on_cpu: float) -> dict[str, Any]:
@@ -70,4 +70,5 @@ def test_the_probe_measures_a_spinning_thread_as_runnable_and_on_a_cpu() -> None
     if "busiest_runnable" not in found:
         pytest.skip("this kernel's /proc has no schedstat: C25 judges by CPU alone")
     assert found["busiest_thread"].startswith("spinner")
-    assert found["busiest_runnable"] > 0.5 and found["busiest_on_cpu"] > 0.05
+    # Runnable throughout however loaded the machine is; on a CPU at least what C25 asks of a spinner.
+    assert found["busiest_runnable"] > 0.5 and found["busiest_on_cpu"] >= NEVER_SLEEPS_ON_CPU
