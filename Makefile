@@ -14,10 +14,10 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install install-vllm install-compat conform conform-full test-quick chaos test test-core test-meta-side test-nodes-meta test-apart test-chaos test-chaos-meta test-chaos-built-in test-browser install-browser screenshot test-nodes test-nodes-full test-vllm test-vllm-full vllm-perf vllm-report vllm-chaos vllm-versions lint bench gpu-test gpu-test-vllm
 
-## --no-compile: pip byte-compiles every module it installs (over 500 MB of
-## Python in the two venvs, about 0.24 s of CPU per MB); Python compiles the
-## ones a run imports, once, when it first imports them.
-PIP_INSTALL = python -m pip install -q --no-compile
+## pip byte-compiles what it installs: keep it. Where PYTHONDONTWRITEBYTECODE is
+## set (CI's machine sets it), a venv installed with --no-compile never gets its
+## .pyc files, and every process compiles torch from source at each import.
+PIP_INSTALL = python -m pip install -q
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip

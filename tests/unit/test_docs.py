@@ -253,12 +253,12 @@ def test_the_old_ci_line_glued_the_index_to_the_requirement() -> None:
 
 def test_make_passes_the_torch_index_as_its_own_pip_arguments() -> None:
     args = _torch_install(_make_dry_run("install", f"TORCH_INDEX={CPU_INDEX}"))
-    assert args == ["-q", "--no-compile", "torch==2.13.0", "--index-url", CPU_INDEX]
+    assert args == ["-q", "torch==2.13.0", "--index-url", CPU_INDEX]
 
 
 def test_make_without_a_torch_index_uses_the_usual_indexes() -> None:
-    assert _torch_install(_make_dry_run("install")) == ["-q", "--no-compile", "torch==2.13.0"]
-    assert _torch_install(_make_dry_run("install", "TORCH=torch")) == ["-q", "--no-compile", "torch"]
+    assert _torch_install(_make_dry_run("install")) == ["-q", "torch==2.13.0"]
+    assert _torch_install(_make_dry_run("install", "TORCH=torch")) == ["-q", "torch"]
 
 
 def _workflow_make_lines() -> list[tuple[str, list[str]]]:
