@@ -27,7 +27,7 @@ import pytest
 
 from harness.pytest_plugin.options import Options
 from harness.system import leaks, leftovers
-from harness.system.cpu import CPU_PROPERTY, cpu_so_far, log_test_cpu
+from harness.system.cpu import CPU_PROPERTY, cpu_so_far, log_test_cpu, logging_wanted
 from harness.system.leaks import SHM_DIR
 from harness.system.load import load_per_cpu, load_scale
 from harness.system.reaper import Reaper, reap
@@ -223,7 +223,8 @@ class IsolatedTest:
             from _pytest.runner import runtestprotocol
 
             config = self.item.config
-            config.pluginmanager.register(_PhaseCpu(), "harness-phase-cpu")
+            if logging_wanted():  # three scans of /proc a test: only where a log asks for them
+                config.pluginmanager.register(_PhaseCpu(), "harness-phase-cpu")
             from _pytest.warnings import catch_warnings_for_item
 
             # The warning filters (ini, marks) pytest applies around a test in its

@@ -13,7 +13,18 @@ import os
 import resource
 from collections.abc import Iterable
 
-__all__ = ["CPU_LOG_ENV", "CPU_PROPERTY", "cpu_so_far", "log_run_cpu", "log_test_cpu", "process_cpu_s", "run_started"]
+import psutil
+
+__all__ = [
+    "CPU_LOG_ENV",
+    "CPU_PROPERTY",
+    "cpu_so_far",
+    "log_run_cpu",
+    "log_test_cpu",
+    "logging_wanted",
+    "process_cpu_s",
+    "run_started",
+]
 
 #: The user property on a test's reports: JSON, CPU seconds by phase.
 CPU_PROPERTY = "harness_cpu"
@@ -21,18 +32,15 @@ CPU_PROPERTY = "harness_cpu"
 #: appended to, a JSON line each (``tests/perf/suite_times.py cpu`` reads it).
 CPU_LOG_ENV = "HARNESS_CPU_LOG"
 
-_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
 
 def process_cpu_s(pid: int) -> float:
-    """User and system CPU seconds of live process ``pid`` (``/proc/<pid>/stat``);
-    0.0 where it is gone or unreadable."""
+    """User and system CPU seconds of live process ``pid``; 0.0 where it is gone
+    or unreadable."""
     try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            fields = f.read().rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / _TICKS
-    except (OSError, ValueError, IndexError):
+        times = psutil.Process(pid).cpu_times()
+    except (psutil.Error, OSError):
         return 0.0
+    return float(times.user + times.system)
 
 
 def cpu_so_far(live: Iterable[int]) -> float:
@@ -67,6 +75,16 @@ def run_started() -> None:
     _LOG[:] = [os.environ.pop(CPU_LOG_ENV, "")]
 
 
+def _log_path() -> str:
+    return (_LOG[0] if _LOG else os.environ.get(CPU_LOG_ENV)) or ""
+
+
+def logging_wanted() -> bool:
+    """Whether this run logs its CPU (:data:`CPU_LOG_ENV`): a test process
+    measures its phases only then."""
+    return bool(_log_path())
+
+
 def log_run_cpu() -> None:
     """Append this run's own figures (this process and every child it reaped:
     the tests it forked and their workers; a Ray cluster's processes are not
@@ -88,7 +106,7 @@ def log_test_cpu(nodeid: str, cpu: dict[str, float], wall: dict[str, float]) -> 
 def _append(entry: dict[str, object]) -> None:
     import json
 
-    path = _LOG[0] if _LOG else os.environ.get(CPU_LOG_ENV)
+    path = _log_path()
     if not path:
         return
     line = json.dumps(entry)
