@@ -330,6 +330,8 @@ class Snapshot:
     shm: set[str] = field(default_factory=set)
     listening: set[tuple[str, int]] = field(default_factory=set)
     fds: int = 0
+    #: What each descriptor is (``/proc/self/fd``'s link): a failure names the new ones.
+    fd_targets: dict[int, str] = field(default_factory=dict)
     semaphores: set[str] = field(default_factory=set)
     #: Entries of the temporary folder (files, folders, unix sockets).
     temp: set[str] = field(default_factory=set)
@@ -373,9 +375,42 @@ def snapshot() -> Snapshot:
         shm=shm_segments(),
         listening=set(listening_sockets()),
         fds=proc.num_fds() if hasattr(proc, "num_fds") else 0,
+        fd_targets=fd_targets(),
         semaphores=semaphores(),
         temp=temp_entries(),
     )
+
+
+def fd_targets() -> dict[int, str]:
+    """This process's descriptors and what each refers to (a path, ``socket:[inode]``,
+    ``anon_inode:[eventfd]``, ...); empty where ``/proc`` is not there."""
+    out: dict[int, str] = {}
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return out
+    for name in names:
+        try:
+            out[int(name)] = os.readlink(f"/proc/self/fd/{name}")
+        except (OSError, ValueError):
+            continue  # closed meanwhile (the listing's own descriptor among them)
+    return out
+
+
+def new_descriptors(before: Snapshot, after: Snapshot) -> list[str]:
+    """The descriptors of ``after`` that ``before`` did not have (or had for
+    something else), as ``fd -> target``, sockets with their addresses."""
+    new = {fd: t for fd, t in after.fd_targets.items() if before.fd_targets.get(fd) != t}
+    if not new:
+        return []
+    ends: dict[int, str] = {}
+    try:
+        for c in psutil.Process().net_connections(kind="all"):
+            if c.fd in new:
+                ends[c.fd] = f" {c.laddr or '-'} -> {c.raddr or '-'} {c.status}".rstrip()
+    except (psutil.Error, OSError):
+        pass
+    return [f"{fd} -> {t}{ends.get(fd, '')}" for fd, t in sorted(new.items())]
 
 
 def baseline() -> Snapshot:
@@ -436,7 +471,9 @@ def diff(before: Snapshot, after: Snapshot, fd_slack: int | None = 0) -> list[st
     if new_temp:
         problems.append(f"files left in the temporary folder: {sorted(new_temp)}")
     if fd_slack is not None and after.fds > before.fds + fd_slack:
-        problems.append(f"file descriptors: {before.fds} before, {after.fds} after")
+        new_fds = new_descriptors(before, after)
+        named = f" (new: {'; '.join(new_fds)})" if new_fds else ""
+        problems.append(f"file descriptors: {before.fds} before, {after.fds} after{named}")
     return problems
 
 

@@ -214,3 +214,18 @@ def test_a_new_semaphore_another_process_maps_is_not_this_tests_leak(monkeypatch
     assert leaks.new_named_semaphores(before, after) == {"sem.left"}
     problems = leaks.diff(before, after, fd_slack=None)
     assert problems == ["named semaphores left: ['sem.left']"], problems
+
+
+def test_a_descriptor_left_open_is_named_with_what_it_refers_to(tmp_path: Path) -> None:
+    before = leaks.snapshot()
+    kept = open(tmp_path / "kept.txt", "w")  # noqa: SIM115 - left open on purpose
+    r, w = os.pipe()
+    try:
+        problems = leaks.diff(before, leaks.snapshot())
+    finally:
+        kept.close()
+        os.close(r)
+        os.close(w)
+    [fds] = [p for p in problems if p.startswith("file descriptors")]
+    assert str(tmp_path / "kept.txt") in fds, fds
+    assert fds.count("pipe:[") == 2, fds
