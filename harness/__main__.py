@@ -52,6 +52,10 @@ def _conform(args: argparse.Namespace, pytest_args: list[str]) -> int:
         here,
         "-p",
         "no:cacheprovider",
+        # Hypothesis's pytest plugin, where installed, imports Hypothesis whole at
+        # the end of every run (about 1 s of CPU); the suite uses none of it.
+        "-p",
+        "no:hypothesispytest",
         "--harness-backend",
         args.backend,
     ]

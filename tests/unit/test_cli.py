@@ -46,6 +46,12 @@ def test_conform_runs_its_documented_world_sizes_whatever_the_ini_says(calls: li
     assert _flag(calls[0], "--harness-backend") == "ray"
 
 
+def test_conform_leaves_out_plugins_that_cost_every_run_and_serve_the_suite_nothing(calls: list[list[str]]) -> None:
+    assert main(["conform", "--backend", "mp"]) == 0
+    blocked = {calls[0][i + 1] for i, arg in enumerate(calls[0]) if arg == "-p"}
+    assert {"no:cacheprovider", "no:hypothesispytest"} <= blocked
+
+
 def test_conform_world_sizes_from_the_command_line_or_the_environment(
     calls: list[list[str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -31,3 +31,35 @@ def test_every_test_marked_for_a_side_job_is_in_the_files_its_make_target_runs()
         assert marked, f"no test is marked {marker}"
         outside = [f for f in marked if not any(f == p or p in f.parents for p in paths)]
         assert not outside, f"marked {marker} but not in {' or '.join(variables)}: {outside}"
+
+
+def test_make_test_runs_every_job_the_suite_is_judged_by() -> None:
+    """`make test` (what CI runs) runs each job: the suite for the built-in
+    backends and the meta and unit tests (between them every file of tests/),
+    vLLM's three runs, the node tests, the chaos runs, the browser checks and the
+    perf checks. A job dropped from the schedule would leave its cells unjudged."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "MAKEFLAGS": ""}
+    done = subprocess.run(
+        ["make", "-n", "--no-print-directory", "test"],
+        cwd=ROOT, capture_output=True, text=True, env=env, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = done.stdout
+    expected = {
+        "the suite for the built-in backends": "durations=20 tests/distributed",
+        "the meta and unit tests, the rest of tests/": "--ignore=tests/distributed tests",
+        "vLLM's MultiprocExecutor": "--backend vllm-mp",
+        "vLLM's UniProcExecutor": "--backend vllm-uni",
+        "vLLM's tokens": "tests/vllm -m",
+        "the node tests": "--nodes 2 --require-nodes",
+        "the meta tests across nodes": "tests/meta/test_nodes_dimension.py",
+        "the broken backends' chaos runs": "tests/meta/test_chaos.py",
+        "the built-in backends' chaos runs": "tests/distributed/test_chaos.py",
+        "the browser checks": "tests/browser",
+        "the perf checks": "tests/perf",
+    }
+    missing = [what for what, command in expected.items() if command not in out]
+    assert not missing, f"make test no longer runs: {missing}\n{out[-3000:]}"
