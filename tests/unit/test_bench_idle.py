@@ -34,9 +34,10 @@ def test_workers_that_spin_while_idle_show_in_the_descendants_figure() -> None:
     # Two workers yielding in a loop on two cores: well over half a core on a
     # quiet machine; a busy one gives them a share that shrinks with its load
     # (45 % beside CI's own tests and a Ray cluster, 7 % at 4.7 runnable per
-    # CPU), so they are judged against idle workers measured beside them.
+    # CPU, 2 % at 2.2 beside CI's suite and a Ray cluster's start), so they are
+    # judged against idle workers measured beside them (about 0.1 %).
     load = f"at {load_per_cpu():.1f} runnable per CPU"
-    assert idle.descendants > 50.0 / load_scale() or idle.descendants > max(10 * quiet.descendants, 2.0), (
+    assert idle.descendants > 50.0 / load_scale() or idle.descendants > max(5 * quiet.descendants, 0.5), (
         f"spinning workers {idle.descendants:.1f} %, idle ones {quiet.descendants:.1f} %, {load}"
     )
     assert idle.caller < 5.0
