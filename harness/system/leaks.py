@@ -413,6 +413,42 @@ def new_descriptors(before: Snapshot, after: Snapshot) -> list[str]:
     return [f"{fd} -> {t}{ends.get(fd, '')}" for fd, t in sorted(new.items())]
 
 
+def _socket_inode(target: str) -> int | None:
+    if target.startswith("socket:[") and target.endswith("]"):
+        try:
+            return int(target[len("socket:[") : -1])
+        except ValueError:
+            return None
+    return None
+
+
+def paired_sockets(before: Snapshot, after: Snapshot) -> int:
+    """How many connected UNIX socket pairs among the descriptors ``after`` has
+    that ``before`` did not have both of whose ends this process holds (a
+    runtime's internal wake-up channel: one object, two descriptors). Peers
+    from ``ss -xn``; 0 where it is not there."""
+    import shutil
+    import subprocess
+
+    new = {fd: t for fd, t in after.fd_targets.items() if before.fd_targets.get(fd) != t}
+    inodes = {i for i in map(_socket_inode, new.values()) if i is not None}
+    if len(inodes) < 2 or shutil.which("ss") is None:
+        return 0
+    try:
+        out = subprocess.run(["ss", "-xn"], capture_output=True, text=True, timeout=10, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    pairs = set()
+    for line in out.splitlines():
+        fields = line.split()
+        # Netid State Recv-Q Send-Q Local-Address Port Peer-Address Port
+        if len(fields) >= 8 and fields[5].isdigit() and fields[7].isdigit():
+            local, peer = int(fields[5]), int(fields[7])
+            if local in inodes and peer in inodes and local != peer:
+                pairs.add(frozenset((local, peer)))
+    return len(pairs)
+
+
 def baseline() -> Snapshot:
     """A snapshot to compare with after a test. Tags this process first, so that
     what it starts from now on can be told apart wherever it goes; and starts

@@ -229,3 +229,23 @@ def test_a_descriptor_left_open_is_named_with_what_it_refers_to(tmp_path: Path) 
     [fds] = [p for p in problems if p.startswith("file descriptors")]
     assert str(tmp_path / "kept.txt") in fds, fds
     assert fds.count("pipe:[") == 2, fds
+
+
+def test_both_ends_of_a_socket_pair_the_process_holds_are_told_as_one_pair() -> None:
+    import socket
+
+    before = leaks.snapshot()
+    a, b = socket.socketpair()
+    alone = socket.socket(socket.AF_UNIX)
+    try:
+        assert leaks.paired_sockets(before, leaks.snapshot()) == 1
+    finally:
+        for s in (a, b, alone):
+            s.close()
+    before = leaks.snapshot()
+    unpaired = [socket.socket(socket.AF_UNIX), socket.socket(socket.AF_UNIX)]
+    try:
+        assert leaks.paired_sockets(before, leaks.snapshot()) == 0
+    finally:
+        for s in unpaired:
+            s.close()
