@@ -397,10 +397,15 @@ def fd_targets() -> dict[int, str]:
     return out
 
 
+def _new_fd_targets(before: Snapshot, after: Snapshot) -> dict[int, str]:
+    """The descriptors of ``after`` that ``before`` did not have, or had for something else."""
+    return {fd: t for fd, t in after.fd_targets.items() if before.fd_targets.get(fd) != t}
+
+
 def new_descriptors(before: Snapshot, after: Snapshot) -> list[str]:
     """The descriptors of ``after`` that ``before`` did not have (or had for
     something else), as ``fd -> target``, sockets with their addresses."""
-    new = {fd: t for fd, t in after.fd_targets.items() if before.fd_targets.get(fd) != t}
+    new = _new_fd_targets(before, after)
     if not new:
         return []
     ends: dict[int, str] = {}
@@ -430,8 +435,7 @@ def paired_sockets(before: Snapshot, after: Snapshot) -> int:
     import shutil
     import subprocess
 
-    new = {fd: t for fd, t in after.fd_targets.items() if before.fd_targets.get(fd) != t}
-    inodes = {i for i in map(_socket_inode, new.values()) if i is not None}
+    inodes = {i for i in map(_socket_inode, _new_fd_targets(before, after).values()) if i is not None}
     if len(inodes) < 2 or shutil.which("ss") is None:
         return 0
     try:
