@@ -522,7 +522,7 @@ def _process_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _threads_runnable_ns() -> dict[int, tuple[int, int]]:
+def threads_runnable_ns() -> dict[int, tuple[int, int]]:
     """Per thread of this process: the nanoseconds it has spent on a CPU, and
     on a CPU or waiting for one (``/proc/self/task/<tid>/schedstat``); empty
     where the kernel keeps no such count."""
@@ -539,6 +539,32 @@ def _threads_runnable_ns() -> dict[int, tuple[int, int]]:
         except (OSError, ValueError):
             continue
     return out
+
+
+def busiest_thread(
+    before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]], wall_s: float, skip: int | None = None
+) -> dict[str, Any]:
+    """Of the threads alive at both ``threads_runnable_ns()`` readings (but
+    ``skip``, the measuring thread), the one runnable longest between them:
+    ``busiest_runnable`` and ``busiest_on_cpu``, its shares of ``wall_s``, and
+    ``busiest_thread``, its name. Empty where ``/proc`` keeps no schedstat.
+    A thread that never sleeps is runnable throughout, however little of a CPU a
+    loaded machine gives it: this, not its CPU time, tells it from one that sleeps."""
+    busiest = max(
+        (
+            (after[tid][1] - ns, after[tid][0] - on_cpu, tid)
+            for tid, (on_cpu, ns) in before.items()
+            if tid in after and tid != skip
+        ),
+        default=None,
+    )
+    if busiest is None or wall_s <= 0:
+        return {}
+    return {
+        "busiest_runnable": busiest[0] / 1e9 / wall_s,
+        "busiest_on_cpu": busiest[1] / 1e9 / wall_s,
+        "busiest_thread": _thread_name(busiest[2]),
+    }
 
 
 def _thread_name(tid: int) -> str:
@@ -577,26 +603,11 @@ def measure_idle_cpu(worker: Any, key: str, after_s: float, over_s: float) -> in
 
     def measure() -> None:
         time.sleep(after_s)
-        runnable0, cpu0, t0, began = _threads_runnable_ns(), _process_cpu_s(), time.monotonic(), time.time()
+        runnable0, cpu0, t0, began = threads_runnable_ns(), _process_cpu_s(), time.monotonic(), time.time()
         time.sleep(over_s)
-        cpu1, t1, runnable1 = _process_cpu_s(), time.monotonic(), _threads_runnable_ns()
-        wall = t1 - t0
-        me = threading.get_native_id()
-        busiest = max(
-            (
-                (runnable1[tid][1] - ns, runnable1[tid][0] - on_cpu, tid)
-                for tid, (on_cpu, ns) in runnable0.items()
-                if tid in runnable1 and tid != me
-            ),
-            default=None,
-        )
-        found.update(cpu_s=cpu1 - cpu0, wall_s=wall, began=began, ended=time.time(), pid=os.getpid())
-        if busiest is not None:
-            found.update(
-                busiest_runnable=busiest[0] / 1e9 / wall,
-                busiest_on_cpu=busiest[1] / 1e9 / wall,
-                busiest_thread=_thread_name(busiest[2]),
-            )
+        cpu1, t1, runnable1 = _process_cpu_s(), time.monotonic(), threads_runnable_ns()
+        found.update(cpu_s=cpu1 - cpu0, wall_s=t1 - t0, began=began, ended=time.time(), pid=os.getpid())
+        found.update(busiest_thread(runnable0, runnable1, t1 - t0, skip=threading.get_native_id()))
 
     # Named as the suite's own threads are: for a rank in the caller's process
     # (uni), the leak check after the test does not count it.
