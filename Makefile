@@ -12,7 +12,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-vllm install-compat conform conform-full test-quick chaos test test-core test-suite test-meta test-meta-side test-nodes-meta test-apart test-chaos test-chaos-meta test-chaos-built-in test-browser install-browser screenshot test-nodes test-nodes-full test-vllm test-vllm-full vllm-perf vllm-report vllm-chaos vllm-versions lint bench gpu-test gpu-test-vllm
+.PHONY: install install-vllm install-compat conform conform-full test-quick chaos test test-core test-suite test-meta test-vllm-mp test-vllm-uni test-vllm-tokens test-vllm-rest test-meta-side test-nodes-meta test-apart test-chaos test-chaos-meta test-chaos-built-in test-browser install-browser screenshot test-nodes test-nodes-full test-vllm test-vllm-full vllm-perf vllm-report vllm-chaos vllm-versions lint bench gpu-test gpu-test-vllm
 
 ## pip byte-compiles what it installs: keep it. Where PYTHONDONTWRITEBYTECODE is
 ## set (CI's machine sets it), a venv installed with --no-compile never gets its
@@ -61,8 +61,8 @@ VLLM_REPORTS := reports/vllm
 # start alone took longer). So no explicit timeout: the suite's own, 300 s,
 # stretches with the load as its other waits do (an explicit one does not), and
 # a known failure is judged by SPEC's exact bounds, so none waits long. 2 jobs,
-# not 3: make test runs this beside the node tests and the chaos runs, and more
-# processes on 2 CPUs only make each test slower.
+# not 3: make test runs vllm-mp's run beside vllm-uni's, the node tests and the
+# chaos runs, and more processes on 2 CPUs only make each test slower.
 VLLM_CONFORM = $(VBIN)/python -m harness conform -m "not gpu" --jobs 2
 
 $(VLLM_STAMP): pyproject.toml Makefile
@@ -91,12 +91,20 @@ in_own_tmpdir = t=$$(mktemp -d) && TMPDIR=$$t $(1); rc=$$?; rm -rf "$$t"; exit $
 ## against vllm-mp alone took 45 min here, more than CI's whole budget. The whole
 ## suite: make test-vllm-full (what make vllm-report runs).
 VLLM_SCOPE ?= --sample
-test-vllm: $(VLLM_STAMP) install-browser
+## Three jobs, which make -j runs side by side; make test runs vllm-mp's beside
+## the other two, one after the other (test-vllm-rest).
+test-vllm: test-vllm-mp test-vllm-uni test-vllm-tokens
+test-vllm-rest:
+	@s=0; $(MAKE) test-vllm-uni || s=$$?; $(MAKE) test-vllm-tokens && exit $$s
+test-vllm-mp: $(VLLM_STAMP) install-browser
 	@mkdir -p $(VLLM_REPORTS)
 	$(VLLM_CONFORM) $(VLLM_SCOPE) --backend vllm-mp --world-size 2 \
 	    --report-json $(VLLM_REPORTS)/vllm-mp.json --report-md $(VLLM_REPORTS)/vllm-mp.md
+test-vllm-uni: $(VLLM_STAMP)
+	@mkdir -p $(VLLM_REPORTS)
 	$(VLLM_CONFORM) $(VLLM_SCOPE) --backend vllm-uni --world-size 1 \
 	    --report-json $(VLLM_REPORTS)/vllm-uni.json --report-md $(VLLM_REPORTS)/vllm-uni.md
+test-vllm-tokens: $(VLLM_STAMP)
 	$(call in_own_tmpdir,$(VBIN)/python -m pytest -p no:cacheprovider tests/vllm -m "not gpu and not perf")
 
 test-vllm-full:
@@ -166,15 +174,15 @@ test-quick: $(STAMP)
 	$(BIN)/python -m pytest -p no:cacheprovider -q -n 2 tests/unit
 	$(BIN)/python -m harness conform --backend mp --world-size 2 -q
 
-## The tests, what CI runs, in three steps (what runs beside what, and why: docs/ci.md):
-##  1. the tests without vLLM (test-core) beside the installs of vLLM's venv and
-##     the browser, the browser checks and the broken backends' side runs;
-##  2. vLLM's executors under the suite, the suite across simulated nodes and the
-##     built-in backends' chaos runs;
+## The tests, what CI runs, in three steps (why this order: docs/ci.md):
+##  1. the tests without vLLM (test-suite, test-meta) beside the installs of vLLM's
+##     venv and the browser, the browser checks and the broken backends' side runs;
+##  2. vLLM's executors under the suite (vllm-mp beside vllm-uni then vLLM's
+##     tokens), the suite across simulated nodes and the built-in backends' chaos runs;
 ##  3. alone, the perf tier's quick checks, which time calls.
 test:
-	$(MAKE) -j6 test-core install-vllm install-browser test-browser test-meta-side
-	$(MAKE) -j3 test-nodes test-vllm test-chaos-built-in
+	$(MAKE) -j7 test-suite test-meta install-vllm install-browser test-browser test-meta-side
+	$(MAKE) -j4 test-vllm-mp test-vllm-rest test-nodes test-chaos-built-in
 	$(MAKE) test-perf
 
 ## What a user's environment may pair harness with, at the floor of its pytest range:
@@ -205,7 +213,7 @@ install-compat: $(COMPAT_STAMP)
 ## The whole suite across nodes: make test-nodes-full.
 NODES_K = $(shell $(BIN)/python -c 'from harness.conformance.sample import sample_expression as s; print(s())' 2>/dev/null)
 ## --harness-sample "": the selection is this -k alone (pyproject.toml's sample
-## for ray, in make test-core, would leave out the node checks it adds).
+## for ray, in make test-suite, would leave out the node checks it adds).
 ## --jobs 2: each test runs 4 Ray workers that import torch; beside vLLM's runs
 ## and the chaos runs, 4 such tests at once made 20 runnable per CPU, and a
 ## correct C12 missed even its bound stretched six times.
@@ -226,7 +234,7 @@ test-nodes: $(STAMP)
 test-meta-side: $(STAMP)
 	@s=0; $(MAKE) test-chaos-meta || s=$$?; $(MAKE) test-nodes-meta && exit $$s
 ## The meta tests of a run across nodes (marker nodes: broken backends on simulated
-## nodes, one shared run of about 240 s), which make test-core leaves out; make
+## nodes, one shared run of about 240 s), which make test-suite and test-meta leave out; make
 ## test runs them in its first step, where no other simulated cluster runs.
 NODES_META_TESTS := tests/meta/test_nodes_dimension.py
 test-nodes-meta: $(STAMP)
@@ -239,16 +247,16 @@ test-nodes-meta: $(STAMP)
 test-nodes-full: $(STAMP)
 	$(call in_own_tmpdir,$(NODES_CONFORM))
 
-## The tests without vLLM (no 3.5 GB install): unit, meta, and the suite for every
-## built-in backend, in one pytest run. The chaos runs, the browser checks and the
-## meta tests across nodes (markers chaos, browser, nodes) are the side jobs' (make
-## test-apart, make test-nodes). --durations: CI's log names the slowest tests.
-## test-suite and test-meta are its two halves, for a run of one of them (docs/ci.md
-## says what splitting them in make test did).
+## The tests without vLLM (no 3.5 GB install), two jobs that make -j runs side by
+## side (make test does): test-suite, the suite for every built-in backend
+## (tests/distributed, its tests isolated, up to --jobs at once), and test-meta,
+## the meta and unit tests on two xdist workers, file by file (most meta tests
+## wait on a broken backend's bounds; one at a time, they left the CPUs idle for
+## minutes). The chaos runs, the browser checks and the meta tests across nodes
+## (markers chaos, browser, nodes) are the side jobs' (make test-apart, make test-nodes).
+## --durations: CI's log names the slowest tests, where room for a new check is made.
 CORE_MARKERS := not gpu and not chaos and not browser and not nodes and not perf
-test-core: $(STAMP) $(COMPAT_STAMP)
-	HARNESS_COMPAT_PYTHON=$(CURDIR)/$(COMPAT_VENV)/bin/python $(BIN)/python -m pytest \
-	    -m "$(CORE_MARKERS)" --durations=30
+test-core: test-suite test-meta
 test-suite: $(STAMP)
 	$(BIN)/python -m pytest -p no:cacheprovider -m "$(CORE_MARKERS)" --durations=20 tests/distributed
 test-meta: $(STAMP) $(COMPAT_STAMP)

@@ -415,7 +415,31 @@ def new_descriptors(before: Snapshot, after: Snapshot) -> list[str]:
                 ends[c.fd] = f" {c.laddr or '-'} -> {c.raddr or '-'} {c.status}".rstrip()
     except (psutil.Error, OSError):
         pass
+    for fd, t in new.items():
+        if fd not in ends and t.startswith("socket:"):
+            ends[fd] = _socket_kind(fd)
     return [f"{fd} -> {t}{ends.get(fd, '')}" for fd, t in sorted(new.items())]
+
+
+def _socket_kind(fd: int) -> str:
+    """A socket that psutil does not list (no address: a TCP socket whose
+    connection has ended, a netlink socket, ...), told by its family and type,
+    and by whether it still has a peer: a copy of the descriptor asked, then closed."""
+    import socket
+
+    try:
+        sock = socket.socket(fileno=os.dup(fd))
+    except OSError:
+        return ""
+    try:
+        kind = f" {getattr(sock.family, 'name', sock.family)} {getattr(sock.type, 'name', sock.type)}"
+        try:
+            kind += f" peer {sock.getpeername()!r}"
+        except OSError as e:
+            kind += f" no peer ({e.strerror or e})"
+        return kind
+    finally:
+        sock.close()
 
 
 def _socket_inode(target: str) -> int | None:

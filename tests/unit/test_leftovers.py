@@ -3,9 +3,11 @@ a /dev/shm of the test's own where the platform allows it, else a diff."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -97,9 +99,30 @@ def test_without_a_private_dev_shm_the_test_s_own_new_segments_are_found_by_a_di
                 os.unlink(path)
 
 
+def _run_in_a_shm_of_its_own(pytester: pytest.Pytester, args: list[str]) -> tuple[pytest.RunResult, list[str]]:
+    """The run, kept, in a mount namespace with a /dev/shm of its own (a fresh
+    tmpfs), and what that /dev/shm held when it ended. What it keeps there for
+    debugging stays out of the machine's /dev/shm, where a run beside it that
+    tells its own leftovers by a diff (Ray's ranks write to the machine's) would
+    count them as its own, and remove them. Where namespaces are not allowed
+    (not root), the machine's."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        result = pytester.runpytest_subprocess(*args)
+        return result, os.listdir("/dev/shm")
+    listing = pytester.path / "shm-listing.txt"
+    script = (
+        'mount -t tmpfs -o mode=1777 harness-unit /dev/shm || exit 90; "$@"; rc=$?; '
+        f'ls -a /dev/shm > "{listing}"; exit $rc'
+    )
+    pytest_cmd = [sys.executable, "-m", "pytest", f"--basetemp={pytester.path / 'basetemp'}", *args]
+    result = pytester.run("unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", *pytest_cmd)
+    assert result.ret != 90, f"no tmpfs on /dev/shm in the run's namespace: {result.errlines[-5:]}"
+    return result, listing.read_text().split()
+
+
 @pytest.mark.timeout(300)
-# Kept, the leftovers are told by a diff of the machine's /dev/shm: a test beside
-# it (a Ray graph's semaphores, made by the run's raylet) would count as its own.
+# The kept run has a /dev/shm of its own; in the test process, the runs beside
+# this one in the same pytest run (a Ray graph's semaphores) keep off it.
 @pytest.mark.exclusive
 @pytest.mark.parametrize("keep", [False, True], ids=["removed", "kept"])
 def test_what_a_test_left_is_reported_per_backend_and_removed_unless_kept(
@@ -109,8 +132,11 @@ def test_what_a_test_left_is_reported_per_backend_and_removed_unless_kept(
     report = pytester.path / "report.json"
     args = ["--harness-backend", "mp", "--harness-world-size", "1", "--harness-start-method", "fork"]
     args += ["--harness-report-json", str(report), "-p", "no:cacheprovider"]
-    result = pytester.runpytest_subprocess(*args, *(["--harness-keep-leftovers"] if keep else []))
-    pid_names = [n for n in os.listdir("/dev/shm") if n.startswith(("meta_left_", "sem.meta-left-"))]
+    if keep:
+        result, shm = _run_in_a_shm_of_its_own(pytester, [*args, "--harness-keep-leftovers"])
+    else:
+        result, shm = pytester.runpytest_subprocess(*args), os.listdir("/dev/shm")
+    pid_names = [n for n in shm if n.startswith(("meta_left_", "sem.meta-left-"))]
     try:
         matrix = json.loads(report.read_text())
         # The test body (not the executor: C9's verdict is not this test's point) left them.
@@ -118,7 +144,7 @@ def test_what_a_test_left_is_reported_per_backend_and_removed_unless_kept(
         assert matrix["removed"]["mp"]["semaphores"] == 1 and matrix["removed"]["mp"]["files"] == 1
         result.stdout.fnmatch_lines(["*mp left 1 shared-memory segments (1.0 MB), 1 named semaphores*"])
         if keep:
-            assert len(pid_names) == 2, pid_names  # kept on the machine's /dev/shm for debugging
+            assert len(pid_names) == 2, pid_names  # kept on the run's /dev/shm for debugging
             [kept] = [line.split(": ", 1)[1] for line in result.outlines if line.startswith("temporary folders kept: ")]
             assert os.path.exists(os.path.join(kept, "left.txt"))
             shutil.rmtree(kept)
@@ -126,7 +152,8 @@ def test_what_a_test_left_is_reported_per_backend_and_removed_unless_kept(
             assert pid_names == [], f"left on the machine: {pid_names}"
     finally:
         for name in pid_names:
-            os.unlink(f"/dev/shm/{name}")
+            with contextlib.suppress(FileNotFoundError):  # in a namespace that is gone
+                os.unlink(f"/dev/shm/{name}")
 
 
 def _report(props: list[tuple[str, object]], outcome: str) -> pytest.TestReport:

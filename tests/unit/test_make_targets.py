@@ -50,7 +50,8 @@ def test_make_test_runs_every_job_the_suite_is_judged_by() -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     out = done.stdout
     expected = {
-        "the suite, the meta and the unit tests": 'not nodes and not perf" --durations=30',
+        "the suite for the built-in backends": 'not nodes and not perf" --durations=20 tests/distributed',
+        "the meta and the unit tests": "--ignore=tests/distributed tests",
         "the compat venv's checks": "HARNESS_COMPAT_PYTHON=",
         "vLLM's MultiprocExecutor": "--backend vllm-mp",
         "vLLM's UniProcExecutor": "--backend vllm-uni",
