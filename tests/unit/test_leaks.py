@@ -249,3 +249,28 @@ def test_both_ends_of_a_socket_pair_the_process_holds_are_told_as_one_pair() -> 
     finally:
         for s in unpaired:
             s.close()
+
+
+def test_a_socket_left_open_after_its_connection_ended_is_named_as_one_without_a_peer() -> None:
+    # What /proc/net lists no longer (a TCP connection reset by its peer) is
+    # still named: its family, its type, and that it has no peer.
+    import socket
+    import time
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    before = leaks.snapshot()
+    client = socket.create_connection(server.getsockname())
+    accepted, _ = server.accept()
+    accepted.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    accepted.close()  # linger 0: a reset, and the client's socket leaves /proc/net/tcp
+    time.sleep(0.2)
+    fd = client.fileno()
+    try:
+        named = leaks.new_descriptors(before, leaks.snapshot())
+    finally:
+        client.close()
+        server.close()
+    [line] = [n for n in named if n.startswith(f"{fd} -> socket:[")]
+    assert line.endswith("AF_INET SOCK_STREAM no peer (Transport endpoint is not connected)"), named
