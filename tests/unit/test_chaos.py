@@ -227,6 +227,17 @@ def test_a_slow_executor_start_does_not_eat_the_schedules_time() -> None:
     assert run.starts_s >= 0.3 and run.schedule_ends - ends == pytest.approx(run.starts_s)
 
 
+def test_the_runs_set_up_does_not_eat_the_schedules_time() -> None:
+    """A backend's session (ray: its cluster) starts before the first operation;
+    on a loaded machine that took a whole run's duration (CI: 0 examples)."""
+    loaded = types.SimpleNamespace(name="slow-session", factory=lambda config: "executor")
+    run = Run(loaded, ExecutorConfig(world_size=2), 60, 0, 0.25, 30)  # type: ignore[arg-type]
+    ends = run.schedule_ends
+    time.sleep(0.3)  # the session's start
+    run.set_up()
+    assert run.schedule_ends - ends >= 0.3
+
+
 def test_an_executor_start_gets_a_start_up_bound_stretched_with_the_load(monkeypatch: pytest.MonkeyPatch) -> None:
     """The backend's own init_timeout_s stretches as the run's wait does (CI once
     read C10 for ray: 'could not initialise torch.distributed within 120 s' at 42.8 runnable per CPU)."""
