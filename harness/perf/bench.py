@@ -233,6 +233,12 @@ class IdleCPU:
     #: that were not there before it.
     descendants: float
     n_descendants: int
+    #: Of those processes' threads, the busiest one's share of the window spent
+    #: runnable (on a CPU or waiting for one), and its share on a CPU; None
+    #: where ``/proc`` keeps no schedstat. A worker that spins while idle is
+    #: runnable throughout, however little of a CPU a loaded machine gives it.
+    busiest_runnable: float | None = None
+    busiest_on_cpu: float | None = None
 
 
 def idle_cpu(backend: str, world_size: int, seconds: float) -> IdleCPU:
@@ -249,14 +255,44 @@ def idle_cpu(backend: str, world_size: int, seconds: float) -> IdleCPU:
         ex.collective_rpc(probes.noop)
         time.sleep(0.2)  # past any spin after the call (mp's workers: 10 ms)
         procs = _executor_processes(ex, me, already)
-        before = _cpu_seconds(procs)
+        before, runnable0 = _cpu_seconds(procs), _threads_schedstat(procs)
         t0 = time.monotonic()
         c0 = time.process_time()
         time.sleep(seconds)
         used = time.process_time() - c0
-        workers = _cpu_seconds(procs) - before
+        workers, runnable1 = _cpu_seconds(procs) - before, _threads_schedstat(procs)
         elapsed = time.monotonic() - t0
-        return IdleCPU(100.0 * used / elapsed, 100.0 * workers / elapsed, len(procs))
+        busiest = max(
+            (
+                (after[1] - runnable0[t][1], after[0] - runnable0[t][0])
+                for t, after in runnable1.items()
+                if t in runnable0
+            ),
+            default=None,
+        )
+        found = IdleCPU(100.0 * used / elapsed, 100.0 * workers / elapsed, len(procs))
+        if busiest is not None:
+            found.busiest_runnable, found.busiest_on_cpu = busiest[0] / 1e9 / elapsed, busiest[1] / 1e9 / elapsed
+        return found
+
+
+def _threads_schedstat(procs: list[Any]) -> dict[tuple[int, int], tuple[int, int]]:
+    """Per thread of ``procs``: nanoseconds on a CPU, and on a CPU or waiting for
+    one (``/proc/<pid>/task/<tid>/schedstat``); empty where there is none."""
+    out: dict[tuple[int, int], tuple[int, int]] = {}
+    for proc in procs:
+        try:
+            tids = os.listdir(f"/proc/{proc.pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{proc.pid}/task/{tid}/schedstat", encoding="ascii") as f:
+                    on_cpu, waiting = f.read().split()[:2]
+                out[(proc.pid, int(tid))] = (int(on_cpu), int(on_cpu) + int(waiting))
+            except (OSError, ValueError):
+                continue
+    return out
 
 
 def _executor_processes(ex: Any, me: Any, already: set[int]) -> list[Any]:
@@ -335,6 +371,11 @@ def run(
         out(
             f"idle CPU ({b}, ws={max(world_sizes)}, {idle_s:g} s): caller {found.caller:.2f} % of one core, "
             f"its {found.n_descendants} worker processes {found.descendants:.2f} %"
+            + (
+                f" (their busiest thread runnable {100 * found.busiest_runnable:.1f} % of the time)"
+                if found.busiest_runnable is not None
+                else ""
+            )
         )
     return {
         "results": [asdict(r) for r in results],
