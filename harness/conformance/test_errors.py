@@ -16,6 +16,7 @@ from harness import ExecutorConfig
 from harness.conformance import probes
 from harness.conformance._checks import bounded, error_of, expect_equal, one_future, result_of, token, within
 from harness.conformance._faults import victim
+from harness.conformance._spec_bounds import judge, stretched, waited
 from harness.system import leaks
 
 pytestmark = pytest.mark.timeout(300)
@@ -60,7 +61,7 @@ def test_c7_timeout_raises_in_time_and_no_late_reply_reaches_a_later_call(execut
     with pytest.raises(TimeoutError):
         executor.collective_rpc(probes.sleep_on_rank_then, args=(world_size - 1, slow, "late"), timeout=t)
     took = time.monotonic() - start
-    assert took <= t + 2, f"TimeoutError after {took:.1f} s, expected within {t + 2:g} s"
+    _in_time(took, t + 2, "TimeoutError")
     _later_calls_all_work_or_all_fail(executor, world_size, slow)
 
 
@@ -118,8 +119,17 @@ def test_c7_a_stopped_worker_times_out_a_request_larger_than_any_buffer(executor
         f"a call with timeout={t:g} whose 32 MiB request rank {rank} (stopped) could not read ended with {error!r}, "
         "expected TimeoutError"
     )
-    assert took <= t + 2, f"TimeoutError after {took:.1f} s, expected within {t + 2:g} s"
+    _in_time(took, t + 2, "TimeoutError")
     _later_calls_all_work_or_all_fail(executor, world_size, stop_s)
+
+
+def _in_time(took: float, bound_s: float, what: str) -> None:
+    """C7's "in time": within ``bound_s`` of the call, stretched with the load as
+    SPEC's bounds are (a busy machine may make a correct backend late, and must
+    not make it FAIL; the meta tests' runs and known failures judge it exactly).
+    A late success is noted: the bound itself was not judged there."""
+    assert took <= stretched(bound_s), f"{what} after {took:.1f} s, expected within {bound_s:g} s{waited(bound_s)}"
+    judge(took, bound_s, what)
 
 
 def _raised(fn: Any) -> BaseException | None:
@@ -149,7 +159,7 @@ def test_c7_non_block_timeout_fails_the_future(executor: Any, world_size: int) -
     assert isinstance(exc, TimeoutError), (
         f"the future of a call with timeout=1.0 ended with {exc!r}, expected TimeoutError"
     )
-    assert took <= 3.0, f"the future's TimeoutError came after {took:.1f} s, expected within 3 s"
+    _in_time(took, 3.0, "the future's TimeoutError")
 
 
 def _refused(backend: Any, cfg: ExecutorConfig) -> None:
