@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 #: The version of the contract (docs/SPEC.md) this suite checks: its date of change.
-SPEC_VERSION = "2026-12-06.3"
+SPEC_VERSION = "2026-12-06.4"
 
 #: The documents an installed harness carries (setup.py copies them from docs/ into harness/_docs/).
 SHIPPED_DOCS = ("SPEC.md", "implementers.md")

@@ -274,8 +274,11 @@ def test_c10_ten_create_shutdown_cycles_leak_nothing(
     # however few.
     # The two ends of one connected socket pair, both the caller's, are one
     # such descriptor (Ray's driver keeps a pair, now and then: CI named them).
+    # So are TCP sockets whose connection has ended (Ray's driver keeps its
+    # connections to a dead actor's worker until its own reconnect schedule:
+    # CI named two, AF_INET6, no peer), as long as they do not grow.
     now = leaks.snapshot()
-    excess = now.fds - before.fds - leaks.paired_sockets(before, now)
+    excess = now.fds - before.fds - leaks.paired_sockets(before, now) - leaks.ended_connections(before, now)
     assert excess <= 1, f"after 10 create/shutdown cycles (a warm-up cycle before them): {'; '.join(problems)}"
     settled = now
     pids = _cycles(backend, executor_config, range(10, 20), settled)

@@ -32,6 +32,7 @@ __all__ = [
     "baseline",
     "describe",
     "diff",
+    "ended_connections",
     "is_node_segment",
     "lasting_leaks",
     "listening_sockets",
@@ -449,6 +450,37 @@ def _socket_inode(target: str) -> int | None:
         except ValueError:
             return None
     return None
+
+
+def ended_connections(before: Snapshot, after: Snapshot) -> int:
+    """How many of the descriptors ``after`` has that ``before`` did not are TCP
+    sockets whose connection has ended (no peer, not listening): a runtime's
+    connection to a process that is gone, which it closes on a schedule of its
+    own (Ray's driver, to a dead actor's worker). A copy of each is asked, then closed."""
+    import socket
+
+    count = 0
+    for fd, target in _new_fd_targets(before, after).items():
+        if not target.startswith("socket:"):
+            continue
+        try:
+            sock = socket.socket(fileno=os.dup(fd))
+        except OSError:
+            continue
+        try:
+            if sock.family not in (socket.AF_INET, socket.AF_INET6) or sock.type != socket.SOCK_STREAM:
+                continue
+            if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+                continue
+            try:
+                sock.getpeername()
+            except OSError:
+                count += 1
+        except OSError:
+            continue
+        finally:
+            sock.close()
+    return count
 
 
 def paired_sockets(before: Snapshot, after: Snapshot) -> int:

@@ -274,3 +274,33 @@ def test_a_socket_left_open_after_its_connection_ended_is_named_as_one_without_a
         server.close()
     [line] = [n for n in named if n.startswith(f"{fd} -> socket:[")]
     assert line.endswith("AF_INET SOCK_STREAM no peer (Transport endpoint is not connected)"), named
+
+
+def test_tcp_sockets_whose_connection_ended_are_counted_and_live_or_listening_ones_are_not() -> None:
+    # C10 does not count them as leaked while they do not grow (Ray's driver
+    # keeps its connections to a dead actor's worker for a while).
+    import socket
+    import time
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    before = leaks.snapshot()
+    live = socket.create_connection(server.getsockname())
+    live_peer, _ = server.accept()
+    ended = socket.create_connection(server.getsockname())
+    ended_peer, _ = server.accept()
+    ended_peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    ended_peer.close()  # a reset: `ended` has no peer any more
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    listening.listen()
+    r, w = os.pipe()
+    time.sleep(0.2)
+    try:
+        assert leaks.ended_connections(before, leaks.snapshot()) == 1
+    finally:
+        for s in (live, live_peer, ended, listening, server):
+            s.close()
+        os.close(r)
+        os.close(w)
