@@ -21,8 +21,9 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import psutil
 
@@ -422,25 +423,36 @@ def new_descriptors(before: Snapshot, after: Snapshot) -> list[str]:
     return [f"{fd} -> {t}{ends.get(fd, '')}" for fd, t in sorted(new.items())]
 
 
-def _socket_kind(fd: int) -> str:
-    """A socket that psutil does not list (no address: a TCP socket whose
-    connection has ended, a netlink socket, ...), told by its family and type,
-    and by whether it still has a peer: a copy of the descriptor asked, then closed."""
+@contextlib.contextmanager
+def _copy_of_socket(fd: int) -> Iterator[Any]:
+    """A socket object on a copy of descriptor ``fd`` (None where it cannot be
+    had), closed after: asking it leaves the process's own descriptor alone."""
     import socket
 
     try:
         sock = socket.socket(fileno=os.dup(fd))
     except OSError:
-        return ""
+        yield None
+        return
     try:
+        yield sock
+    finally:
+        sock.close()
+
+
+def _socket_kind(fd: int) -> str:
+    """A socket that psutil does not list (no address: a TCP socket whose
+    connection has ended, a netlink socket, ...), told by its family and type,
+    and by whether it still has a peer."""
+    with _copy_of_socket(fd) as sock:
+        if sock is None:
+            return ""
         kind = f" {getattr(sock.family, 'name', sock.family)} {getattr(sock.type, 'name', sock.type)}"
         try:
             kind += f" peer {sock.getpeername()!r}"
         except OSError as e:
             kind += f" no peer ({e.strerror or e})"
         return kind
-    finally:
-        sock.close()
 
 
 def _socket_inode(target: str) -> int | None:
@@ -456,30 +468,26 @@ def ended_connections(before: Snapshot, after: Snapshot) -> int:
     """How many of the descriptors ``after`` has that ``before`` did not are TCP
     sockets whose connection has ended (no peer, not listening): a runtime's
     connection to a process that is gone, which it closes on a schedule of its
-    own (Ray's driver, to a dead actor's worker). A copy of each is asked, then closed."""
+    own (Ray's driver, to a dead actor's worker)."""
     import socket
 
     count = 0
     for fd, target in _new_fd_targets(before, after).items():
         if not target.startswith("socket:"):
             continue
-        try:
-            sock = socket.socket(fileno=os.dup(fd))
-        except OSError:
-            continue
-        try:
-            if sock.family not in (socket.AF_INET, socket.AF_INET6) or sock.type != socket.SOCK_STREAM:
+        with _copy_of_socket(fd) as sock:
+            if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6) or sock.type != socket.SOCK_STREAM:
                 continue
-            if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+            try:
+                listening = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+            except OSError:
+                continue
+            if listening:
                 continue
             try:
                 sock.getpeername()
             except OSError:
                 count += 1
-        except OSError:
-            continue
-        finally:
-            sock.close()
     return count
 
 

@@ -12,6 +12,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -251,6 +252,18 @@ def test_both_ends_of_a_socket_pair_the_process_holds_are_told_as_one_pair() -> 
             s.close()
 
 
+def _reset_by_its_peer(server: Any) -> Any:
+    """A client connection to ``server`` whose peer reset it (linger 0): its
+    socket has no peer any more, and it leaves /proc/net/tcp."""
+    import socket
+
+    client = socket.create_connection(server.getsockname())
+    accepted, _ = server.accept()
+    accepted.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    accepted.close()
+    return client
+
+
 def test_a_socket_left_open_after_its_connection_ended_is_named_as_one_without_a_peer() -> None:
     # What /proc/net lists no longer (a TCP connection reset by its peer) is
     # still named: its family, its type, and that it has no peer.
@@ -261,10 +274,7 @@ def test_a_socket_left_open_after_its_connection_ended_is_named_as_one_without_a
     server.bind(("127.0.0.1", 0))
     server.listen()
     before = leaks.snapshot()
-    client = socket.create_connection(server.getsockname())
-    accepted, _ = server.accept()
-    accepted.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-    accepted.close()  # linger 0: a reset, and the client's socket leaves /proc/net/tcp
+    client = _reset_by_its_peer(server)
     time.sleep(0.2)
     fd = client.fileno()
     try:
@@ -288,10 +298,7 @@ def test_tcp_sockets_whose_connection_ended_are_counted_and_live_or_listening_on
     before = leaks.snapshot()
     live = socket.create_connection(server.getsockname())
     live_peer, _ = server.accept()
-    ended = socket.create_connection(server.getsockname())
-    ended_peer, _ = server.accept()
-    ended_peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-    ended_peer.close()  # a reset: `ended` has no peer any more
+    ended = _reset_by_its_peer(server)
     listening = socket.socket()
     listening.bind(("127.0.0.1", 0))
     listening.listen()
