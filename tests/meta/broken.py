@@ -1150,21 +1150,29 @@ def refuses_injection_early(config: ExecutorConfig) -> _Wrapper:
 
 class SharedReplySlot(_Wrapper):
     """C24: a blocking call's result passes through one slot shared by every caller,
-    unlocked: concurrent callers take each other's results."""
+    unlocked: concurrent callers take each other's results.
+
+    A caller reads the slot back only once another caller has written it (or
+    after a second, where none does): the bug shows however slowly a loaded
+    machine runs the callers, not only when two of them happen to meet."""
 
     def __init__(self, config: ExecutorConfig) -> None:
         super().__init__(config)
         self._slot: Any = None
+        self._written = threading.Condition()
+        self._writes = 0
 
     def collective_rpc(self, *a: Any, **kw: Any) -> Any:
-        import time
-
         out = super().collective_rpc(*a, **kw)
         if kw.get("non_block"):
             return out
-        self._slot = out
-        time.sleep(0.002)
-        return self._slot
+        with self._written:
+            self._slot = out
+            self._writes += 1
+            mine = self._writes
+            self._written.notify_all()
+            self._written.wait_for(lambda: self._writes != mine, timeout=1.0)
+            return self._slot
 
 
 def _freeze(worker: Any) -> None:
