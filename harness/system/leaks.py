@@ -581,17 +581,39 @@ def diff(before: Snapshot, after: Snapshot, fd_slack: int | None = 0) -> list[st
     return problems
 
 
-def wait_clean(before: Snapshot, timeout: float = 5.0, fd_slack: int | None = 0) -> list[str]:
+#: How long leftovers must stay the same before ``wait_clean`` may take them
+#: as lasting, where the caller knows their kinds to last.
+STEADY_S = 2.0
+
+
+def wait_clean(
+    before: Snapshot,
+    timeout: float = 5.0,
+    fd_slack: int | None = 0,
+    lasting: Callable[[], bool] | None = None,
+) -> list[str]:
     """Leaks still present after up to ``timeout`` s (reaping takes a moment).
 
     ``fd_slack=None`` does not count descriptors: a runtime's first start in a
     process (Ray's driver, CUDA) keeps some for the life of the process, which
     only a comparison after a warm-up cycle can tell from a leak (C10 does that).
+
+    ``lasting()``, asked once the leftovers have stayed the same for
+    ``STEADY_S``, may answer that they are of kinds an earlier check proved to
+    stay (what every start leaves): the wait ends there, instead of at
+    ``timeout`` for things that never go.
     """
-    deadline = time.monotonic() + timeout
+    start = time.monotonic()
+    deadline = start + timeout
+    steady_since, last = start, None
     while True:
         problems = diff(before, snapshot(), fd_slack)
-        if not problems or time.monotonic() >= deadline:
+        now = time.monotonic()
+        if not problems or now >= deadline:
+            return problems
+        if problems != last:
+            steady_since, last = now, problems
+        elif lasting is not None and now - steady_since >= STEADY_S and lasting():
             return problems
         time.sleep(0.1)
 
@@ -614,8 +636,14 @@ def lasting_leaks(
     the second start, may answer that an earlier check proved such leftovers
     the process's (``harness.pytest_plugin.residue``): then there is no second start.
     ``known_leak()``, asked next, may answer that an earlier second start left
-    such leftovers again: then they are the executor's, with no second start either."""
-    problems = wait_clean(before, timeout=timeout, fd_slack=None)
+    such leftovers again: then they are the executor's, with no second start either.
+    Leftovers either answers for, unchanged for ``STEADY_S``, end the wait for
+    them to go (``wait_clean``)."""
+
+    def known() -> bool:
+        return (known_residue is not None and known_residue()) or (known_leak is not None and known_leak())
+
+    problems = wait_clean(before, timeout=timeout, fd_slack=None, lasting=known)
     if not problems:
         return [], []
     if known_residue is not None and known_residue():

@@ -311,3 +311,68 @@ def test_tcp_sockets_whose_connection_ended_are_counted_and_live_or_listening_on
             s.close()
         os.close(r)
         os.close(w)
+
+
+def _thread_until(event: Any, name: str) -> Any:
+    import threading
+
+    thread = threading.Thread(target=event.wait, name=name, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_leftovers_known_to_last_end_the_wait_once_they_stay_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    monkeypatch.setattr(leaks, "STEADY_S", 0.3)
+    before = leaks.baseline()
+    stop = threading.Event()
+    thread = _thread_until(stop, "lasting-leftover")
+    asked: list[float] = []
+    try:
+        start = time.monotonic()
+        problems = leaks.wait_clean(before, timeout=60, fd_slack=None, lasting=lambda: asked.append(1.0) or True)
+        took = time.monotonic() - start
+    finally:
+        stop.set()
+        thread.join(5)
+    assert problems and "lasting-leftover" in problems[0], problems
+    assert asked, "the wait never asked whether the leftovers last"
+    assert took < 60, f"the wait ran to its timeout ({took:.1f} s) for leftovers known to last"
+
+
+def test_leftovers_not_known_to_last_are_waited_for_until_the_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    monkeypatch.setattr(leaks, "STEADY_S", 0.1)
+    before = leaks.baseline()
+    stop = threading.Event()
+    thread = _thread_until(stop, "unknown-leftover")
+    asked: list[float] = []
+    try:
+        start = time.monotonic()
+        problems = leaks.wait_clean(before, timeout=1.0, fd_slack=None, lasting=lambda: asked.append(1.0) and False)
+        took = time.monotonic() - start
+    finally:
+        stop.set()
+        thread.join(5)
+    assert problems and "unknown-leftover" in problems[0], problems
+    assert asked, "the wait never asked whether the leftovers last"
+    assert took >= 1.0, f"the wait ended after {took:.2f} s, before its timeout, for leftovers not known to last"
+
+
+def test_a_leftover_that_goes_while_it_is_new_is_no_leak_even_of_a_kind_that_lasts() -> None:
+    import threading
+
+    before = leaks.baseline()
+    stop = threading.Event()
+    thread = _thread_until(stop, "short-lived")
+    timer = threading.Timer(0.3, stop.set)
+    timer.start()
+    try:
+        # STEADY_S (2 s) outlasts the thread: the wait sees it go.
+        assert leaks.wait_clean(before, timeout=30, fd_slack=None, lasting=lambda: True) == []
+    finally:
+        stop.set()
+        timer.cancel()
+        thread.join(5)
