@@ -28,8 +28,9 @@ $(STAMP): pyproject.toml Makefile
 
 install: $(STAMP)
 
-## A long chaos run for each built-in backend (harness chaos; make test runs 30 s
-## of mp, uni and ray in tests/distributed/test_chaos.py). Reports in reports/chaos/.
+## A long chaos run for each built-in backend (harness chaos; make test runs a
+## budget of operations of mp, uni and ray, about 30 s each on a quiet machine, in
+## tests/distributed/test_chaos.py). Reports in reports/chaos/.
 CHAOS_DURATION ?= 600
 CHAOS_SEED ?= 1
 chaos: $(STAMP)

@@ -13,10 +13,16 @@ from tests.chaos.runs import chaos
 
 pytestmark = pytest.mark.chaos
 
-#: (backend, world size, start method): ray starts its cluster once, in the run.
-BUILT_IN = [("mp", 2, "fork"), ("uni", 1, "spawn"), ("ray", 2, "spawn")]
-#: Seconds of each run on a quiet machine; a busy one stretches them (what a run
-#: must have done, below, takes longer there, and must still be done).
+#: (backend, world size, start method, operations): ray starts its cluster
+#: once, in the run. Each run's schedule is a budget of operations, about what
+#: 30 s of it did on a quiet 2-core machine (mp 613, uni 6474, ray 387 with seed
+#: 0): the same seed runs the same operations however busy the machine is, so a
+#: loaded machine makes the run longer, not smaller. A duration stretched by the
+#: load average did both wrong in CI: just after a loaded step, a quiet machine
+#: read as loaded ran six times the schedule, and a loaded one ran fewer examples.
+BUILT_IN = [("mp", 2, "fork", 600), ("uni", 1, "spawn", 6000), ("ray", 2, "spawn", 380)]
+#: Seconds of each run on a quiet machine: the soak gets its share of them
+#: (``harness chaos --soak-share``) after the schedule's operations.
 DURATION_S = 30
 #: The run's own bound on a quiet machine, past its duration: starting ray and
 #: the executors of its examples, shutting them down, the soak's.
@@ -28,17 +34,19 @@ BOUND_CAP_S = 1800
 
 
 @pytest.mark.timeout(BOUND_CAP_S + 60)
-@pytest.mark.parametrize(("backend", "world_size", "start_method"), BUILT_IN, ids=[b for b, _, _ in BUILT_IN])
+@pytest.mark.parametrize(
+    ("backend", "world_size", "start_method", "operations"), BUILT_IN, ids=[b[0] for b in BUILT_IN]
+)
 def test_a_short_chaos_run_of_a_built_in_backend_finds_nothing(
-    backend: str, world_size: int, start_method: str, tmp_path: Path
+    backend: str, world_size: int, start_method: str, operations: int, tmp_path: Path
 ) -> None:
     args = ["--backend", backend, "--world-size", str(world_size), "--start-method", start_method]
-    duration = round(DURATION_S * load_scale())
-    # Start-ups do not count in a run's duration (CI's loaded machine took
-    # 147 s to start 7 executors), so its bound stretches with the load too.
-    bound_s = min(OVERHEAD_S * load_scale() + duration, BOUND_CAP_S)
-    code, report, out = chaos(tmp_path, *args, "--duration", str(duration), "--seed", "0", bound_s=bound_s)
+    args += ["--operations", str(operations), "--duration", str(DURATION_S), "--seed", "0"]
+    # A loaded machine takes longer over the same operations: the bound stretches.
+    bound_s = min((OVERHEAD_S + DURATION_S) * load_scale(), BOUND_CAP_S)
+    code, report, out = chaos(tmp_path, *args, bound_s=bound_s)
     assert code == 0 and not report["findings"], f"exit {code}:\n{out[-4000:]}"
+    assert report["operations"] >= operations, f"{report['operations']} of {operations} operations ran:\n{out}"
     assert report["examples"] >= 3, f"{report['examples']} examples ran:\n{out}"
     assert sum(report["faults"].values()) >= 10, f"faults injected: {report['faults']}:\n{out}"
     soak = report["soak"]
