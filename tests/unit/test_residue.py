@@ -4,6 +4,8 @@ sockets, or a kind or a repeat the proof did not have."""
 
 from __future__ import annotations
 
+import multiprocessing
+import multiprocessing.util
 import socket
 import subprocess
 import sys
@@ -17,6 +19,19 @@ import pytest
 from harness.pytest_plugin import residue as _residue
 from harness.pytest_plugin.residue import Residue, shape
 from harness.system import leaks
+
+
+@pytest.fixture(autouse=True)
+def _own_temporary_folder(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test diffs a temporary folder of its own: ``make test`` runs the
+    suite beside these tests, and its tests come and go in the machine's /tmp
+    (a fresh-clone run failed the forkserver test on ``harness-test-*``)."""
+    # multiprocessing keeps its own folder for the life of the process (and
+    # removes it at exit): made first, it stays where it always is.
+    multiprocessing.util.get_temp_dir()
+    folder = tmp_path_factory.mktemp("own-tmp")
+    monkeypatch.setenv("TMPDIR", str(folder))
+    monkeypatch.setattr(tempfile, "tempdir", None)
 
 
 def test_shape_hides_the_parts_that_vary_between_starts() -> None:
