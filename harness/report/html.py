@@ -9,6 +9,13 @@ known-failures line that matched, and the one command that reruns that cell::
 
     ClauseMatrix ──► rows and cells (outcome, css class, tests, rerun) ──► templates/page.html.j2 ──► one file
 
+Columns of which no test ran (the ``cuda`` columns of a machine without a GPU)
+fold as the terminal's do (:mod:`harness.report.terminal`, :class:`Fold`): the
+matrix hides them behind one checkbox, a note above it names them and why, and
+the outcome badges count the shown matrix alone, its folded cells a line of the
+note, so ``make conform`` without a GPU does not open on "not run 90". A wide
+matrix scrolls inside its frame, its clause column held in view.
+
 Jinja2 renders it, autoescaped: a test's text is shown, never run as markup.
 """
 
@@ -21,6 +28,7 @@ from typing import Any
 
 from harness.contract import CLAUSES
 from harness.report import BLOCKED, ClauseMatrix, Outcome
+from harness.report.terminal import Fold, folds
 
 #: A known failure's note names the list's line: "known failure, vllm_known_failures.txt:23 (…)".
 _KNOWN = re.compile(r"known failure, (\S+:\d+)")
@@ -86,7 +94,9 @@ class _Cell:
     tests: list[_Test]
 
 
-def _cells(matrix: ClauseMatrix) -> tuple[list[dict[str, Any]], list[_Cell]]:
+def _cells(matrix: ClauseMatrix, folded: set[str]) -> tuple[list[dict[str, Any]], list[_Cell]]:
+    """The matrix's rows (a row is folded where all its cells are in ``folded``
+    columns: nothing of it would show) and every cell, folded or not."""
     rows: list[dict[str, Any]] = []
     cells: list[_Cell] = []
     for clause in matrix.clauses:
@@ -108,13 +118,37 @@ def _cells(matrix: ClauseMatrix) -> tuple[list[dict[str, Any]], list[_Cell]]:
             )  # fmt: skip
             row.append(cell)
             cells.append(cell)
-        rows.append({"clause": clause, "summary": CLAUSES.get(clause, ""), "cells": row})
+        shown = any(c is not None and c.column not in folded for c in row)
+        rows.append({"clause": clause, "summary": CLAUSES.get(clause, ""), "cells": row, "folded": not shown})
     return rows, cells
 
 
 def _worst_first(outcome: str) -> int:
     order = ("fail", "blocked", "notrun", "pass", "na", "declared")
     return len(order) - order.index(css_of(outcome))
+
+
+#: The badges' order: what asks for work first, what is settled after, and what
+#: did not run last (a run that checked little must not open on its gaps).
+_TALLY_ORDER = ("fail", "blocked", "declared", "na", "pass", "notrun")
+
+
+def tally(cells: list[_Cell]) -> list[tuple[str, int]]:
+    """(outcome, cells) of ``cells``, the most actionable outcome first."""
+    counts: dict[str, int] = {}
+    for cell in cells:
+        counts[cell.outcome] = counts.get(cell.outcome, 0) + 1
+    return sorted(counts.items(), key=lambda kv: (_TALLY_ORDER.index(css_of(kv[0])), kv[0]))
+
+
+def page_folds(matrix: ClauseMatrix) -> list[Fold]:
+    """The terminal's folds (:func:`harness.report.terminal.folds`), unless they
+    would fold every column: a matrix of nothing but a note hides the one table
+    that says what did not run, so then nothing folds."""
+    found = folds(matrix)
+    if sum(len(f.columns) for f in found) == len(matrix.columns):
+        return []
+    return found
 
 
 def _environment() -> Any:
@@ -130,10 +164,9 @@ def _environment() -> Any:
 
 
 def render_page(matrix: ClauseMatrix, title: str = "harness conformance report") -> str:
-    rows, cells = _cells(matrix)
-    tally: dict[str, int] = {}
-    for cell in cells:
-        tally[cell.outcome] = tally.get(cell.outcome, 0) + 1
+    fold_list = page_folds(matrix)
+    folded = {c for f in fold_list for c in f.columns}
+    rows, cells = _cells(matrix, folded)
     return str(
         _environment()
         .get_template("page.html.j2")
@@ -147,7 +180,10 @@ def render_page(matrix: ClauseMatrix, title: str = "harness conformance report")
             columns=matrix.columns,
             rows=rows,
             cells=cells,
-            tally=sorted(tally.items(), key=lambda kv: -_worst_first(kv[0])),
+            folds=fold_list,
+            folded=folded,
+            tally=tally([c for c in cells if c.column not in folded]),
+            folded_tally=tally([c for c in cells if c.column in folded]),
             css_of=css_of,
             not_checked=sorted(matrix.not_checked.items()),
             removed=matrix.removed_lines(),

@@ -23,6 +23,7 @@ says NOTHING CHECKED and fails (SPEC.md, "Outcomes").
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import textwrap
 from typing import TYPE_CHECKING
@@ -73,7 +74,45 @@ def folded_columns(matrix: ClauseMatrix) -> dict[str, list[str]]:
     return out
 
 
-def fold_line(matrix: ClauseMatrix, kind: str, columns: list[str]) -> str:
+@dataclasses.dataclass(frozen=True)
+class Fold:
+    """Columns of one :func:`kind_of_column` of which no test ran, and why: what
+    the terminal prints as one line under its matrix and the HTML page as its
+    note above the matrix (both read it here, so they say the same)."""
+
+    kind: str
+    columns: tuple[str, ...]
+    #: Every distinct reason their tests give, in the order met.
+    reasons: tuple[str, ...]
+
+    @property
+    def where(self) -> str:
+        """``every backend``, or the one backend whose columns these are."""
+        backends = {c.split(" ws")[0] for c in self.columns}
+        return "every backend" if len(backends) > 1 else self.columns[0].split(" ws")[0]
+
+    @property
+    def how_to_run(self) -> str:
+        return HOW_TO_RUN.get(self.kind, "")
+
+    def line(self, most: int | None = MOST_REASONS) -> str:
+        """``cuda: not run for every backend (mp ws1, mp ws2): needs 1 GPU, found 0; …``,
+        naming at most ``most`` reasons (None: all of them)."""
+        reasons = list(self.reasons)
+        if most is not None and len(reasons) > most:
+            reasons = [*reasons[:most], f"and {len(reasons) - most} more"]
+        short = ", ".join(c.replace(" " + self.kind, "") for c in self.columns)
+        line = f"{self.kind}: not run for {self.where} ({short})"
+        if reasons:
+            line += ": " + "; ".join(reasons)
+        if self.how_to_run:
+            line += f"; {self.how_to_run}"
+        return line
+
+
+def fold_reasons(matrix: ClauseMatrix, columns: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """The distinct reasons the tests of ``columns`` give for not running; a test
+    filtered out of the run (``-k``, ``-m``) says so once, where nothing else does."""
     from harness.report import FILTERED_OUT
 
     reasons: list[str] = []
@@ -86,16 +125,18 @@ def fold_line(matrix: ClauseMatrix, kind: str, columns: list[str]) -> str:
                 reasons.append(r.note)
     if filtered and not reasons:
         reasons.append("filtered out of this run (-k, -m, --harness-sample)")
-    named = reasons[:MOST_REASONS] + (
-        [f"and {len(reasons) - MOST_REASONS} more"] if len(reasons) > MOST_REASONS else []
-    )
-    where = "every backend" if len({c.split(" ws")[0] for c in columns}) > 1 else columns[0].split(" ws")[0]
-    line = f"{kind}: not run for {where} ({', '.join(c.replace(' ' + kind, '') for c in columns)})"
-    if named:
-        line += ": " + "; ".join(named)
-    if kind in HOW_TO_RUN:
-        line += f"; {HOW_TO_RUN[kind]}"
-    return line
+    return tuple(reasons)
+
+
+def folds(matrix: ClauseMatrix) -> list[Fold]:
+    """The matrix's :func:`folded_columns`, each kind with its reasons."""
+    return [
+        Fold(kind, tuple(columns), fold_reasons(matrix, columns)) for kind, columns in folded_columns(matrix).items()
+    ]
+
+
+def fold_line(matrix: ClauseMatrix, kind: str, columns: list[str]) -> str:
+    return Fold(kind, tuple(columns), fold_reasons(matrix, columns)).line()
 
 
 def blocks_of(columns: list[str], width: int, cell: int) -> list[list[str]]:

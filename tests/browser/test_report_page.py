@@ -1,7 +1,9 @@
 """The HTML report in a real browser (headless Chromium): the page of a real run
 holds every cell of its JSON report with the same outcome; a click, or Enter on
 a focused cell, shows that cell's evidence and no other; the arrow keys move
-between cells; a narrow window scrolls the matrix, not the page.
+between cells; a narrow window scrolls the matrix, not the page; at 1280 px the
+page of ``make conform`` without a GPU fits, its unrun columns folded a click
+away, and its clause column stays in view as the matrix scrolls.
 
 The pages are of real runs: ``mp`` beside a broken backend (a FAIL, blocked
 cells and a declared one), ``ray``, and any JSON reports named in
@@ -40,9 +42,20 @@ def browser() -> Iterator[Any]:
     yield from browser_session()
 
 
+def unfold(browser: Any) -> None:
+    """Show the folded columns (those of which no test ran), where the page has any: one click."""
+    from selenium.webdriver.common.by import By
+
+    toggle = browser.find_elements(By.ID, "show-folded")
+    if toggle and not toggle[0].is_selected():
+        browser.find_element(By.CSS_SELECTOR, "label[for=show-folded]").click()
+        assert toggle[0].is_selected()
+
+
 def cells_in_the_browser(browser: Any) -> dict[tuple[str, str], str]:
     from selenium.webdriver.common.by import By
 
+    unfold(browser)
     out = {}
     for row in browser.find_elements(By.CSS_SELECTOR, "#matrix tbody tr"):
         clause = row.get_attribute("data-clause")
@@ -114,7 +127,7 @@ def test_the_matrix_works_from_the_keyboard(pages: dict[str, tuple[Path, Path]],
 
     _, page = pages["mp and a broken backend"]
     browser.get(page.as_uri())
-    first = browser.find_element(By.CSS_SELECTOR, "button.cell")
+    first = next(b for b in browser.find_elements(By.CSS_SELECTOR, "button.cell") if b.is_displayed())
     first.send_keys(Keys.ENTER)
     (evidence,) = shown_evidence(browser)
     assert evidence.get_attribute("data-cell") == first.get_attribute("data-cell")
@@ -137,6 +150,57 @@ def test_in_a_narrow_window_the_matrix_scrolls_and_the_page_does_not(pages: dict
             "var w = document.querySelector('.matrix-wrap'); return [w.scrollWidth, w.clientWidth]"
         )
         assert wrap[0] > wrap[1], "the matrix is wider than the window: it scrolls inside its frame"
+
+
+def shown_heads(browser: Any) -> list[str]:
+    from selenium.webdriver.common.by import By
+
+    return [th.text for th in browser.find_elements(By.CSS_SELECTOR, "#matrix thead th") if th.is_displayed()]
+
+
+def assert_the_page_fits(browser: Any) -> None:
+    width, window = browser.execute_script("return [document.documentElement.scrollWidth, window.innerWidth]")
+    assert width <= window + 1, f"the page is {width} px wide in a {window} px window"
+
+
+def test_at_1280_px_the_page_without_a_gpu_fits_folds_its_cuda_columns_and_holds_its_clause_column(
+    tmp_path: Path,
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    from tests.unit.test_report_html import CPU, CUDA, without_a_gpu
+
+    page = tmp_path / "conform.html"
+    write_page(without_a_gpu(), str(page))
+    for browser in browser_session(width=1280, height=900):
+        browser.get(page.as_uri())
+        assert_the_page_fits(browser)
+        assert shown_heads(browser) == ["clause", *CPU, "summary"]
+        first = browser.find_element(By.CSS_SELECTOR, "#tally > span").text
+        assert not first.startswith("not run"), f"the first badge is {first!r}"
+        assert all(c in browser.find_element(By.ID, "fold-note").text for c in CUDA)
+
+        unfold(browser)
+        unfolded = sorted(["clause", *CPU, *CUDA, "summary"])
+        assert sorted(shown_heads(browser)) == unfolded, "one click shows the folded columns"
+        assert_the_page_fits(browser)
+        held = (
+            "var w = document.querySelector('.matrix-wrap');"
+            "var th = document.querySelector('#matrix tbody th.clause'), r = th.getBoundingClientRect();"
+            "var cell = document.querySelector('#matrix tbody td');"
+            "var top = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);"
+            "return [w.scrollWidth, w.clientWidth, r.left, w.getBoundingClientRect().left,"
+            " cell.getBoundingClientRect().left, th.contains(top)];"
+        )
+        scroll_width, client_width, left, _, cell, on_top = browser.execute_script(held)
+        assert scroll_width > client_width, "unfolded, the matrix is wider than 1280 px: it scrolls in its frame"
+        assert on_top
+        browser.execute_script("document.querySelector('.matrix-wrap').scrollLeft = 100000")
+        _, _, left_after, frame_after, cell_after, on_top_after = browser.execute_script(held)
+        assert cell_after < cell - 100, "the cells scrolled"
+        assert abs(left_after - left) <= 1 and left_after >= frame_after, "the clause column stayed in view"
+        assert on_top_after, "the clause cell is drawn over the cells scrolled under it"
+        assert_the_page_fits(browser)
 
 
 def test_the_readmes_picture_is_a_page_with_a_fail_a_blocked_and_a_declared_cell() -> None:
