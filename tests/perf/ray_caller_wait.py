@@ -15,7 +15,7 @@ of this machine, with executors at world size 2, it prints:
   torch's pool of a thread per CPU and on one thread, quiet and beside an
   idle graph at world size 1 (the suite's references run on one thread).
 
-README, "`ray` against `mp`", quotes these figures.
+docs/perf.md, "`ray` against `mp`", quotes these figures.
 """
 
 from __future__ import annotations

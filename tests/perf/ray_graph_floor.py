@@ -4,7 +4,7 @@ Run: ``python tests/perf/ray_graph_floor.py`` (needs Ray). Prints the median
 round trip of a compiled graph of bare actors (one actor echoing its input;
 two, each answering on its own output channel) and of plain actor calls, on a
 local cluster of this machine: the floor under `ray-graph`'s per-call figure in
-``harness bench --backend mp,ray,ray-graph`` (README, "`ray` against `mp`").
+``harness bench --backend mp,ray,ray-graph`` (docs/perf.md, "`ray` against `mp`").
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness.backends import BUILTIN_BACKENDS, DISTRIBUTION
-from harness.contract import CLAUSES, SPEC_VERSION
+from harness.contract import CLAUSES, SHIPPED_DOCS, SPEC_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "docs" / "SPEC.md"
@@ -215,6 +215,46 @@ def test_no_markdown_link_leaves_the_repository_or_dangles() -> None:
 def test_the_readme_links_the_spec_in_the_repository() -> None:
     assert "](docs/SPEC.md)" in (ROOT / "README.md").read_text(encoding="utf-8")
     assert "](SPEC.md" in (ROOT / "docs" / "implementers.md").read_text(encoding="utf-8")
+
+
+# --------------------------------------------------------------------------- the README: short, and a map of docs/
+
+#: The README is also the package's page on PyPI: what it is, install, the quick
+#: start, the one-line run, the outcomes, the commands, and links to docs/.
+README_MAX_LINES = 200
+
+
+def _link_targets(markdown: str) -> list[str]:
+    """The targets of the inline links and images of ``markdown``, outside code."""
+    return re.findall(r"\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)", _without_code(markdown))
+
+
+def test_the_readme_reads_in_five_minutes() -> None:
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= README_MAX_LINES, (
+        f"README.md has {len(lines)} lines, over {README_MAX_LINES}: move the detail to a page of docs/ and link it"
+    )
+
+
+def test_every_docs_page_is_linked_from_the_readme_and_every_linked_page_exists() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    linked = {target.partition("#")[0] for target in _link_targets(readme)}
+    linked_pages = {t for t in linked if t.startswith("docs/") and t.endswith(".md")}
+    missing = sorted(t for t in linked_pages if not (ROOT / t).is_file())
+    assert missing == [], f"the README links docs pages that do not exist: {missing}"
+    pages = {str(p.relative_to(ROOT)) for p in _repo_files(".md") if p.parent == ROOT / "docs"}
+    assert sorted(pages - linked_pages) == [], "docs pages the README does not link"
+
+
+def test_the_readme_names_only_documents_that_harness_docs_prints() -> None:
+    # On PyPI the README's relative links lead nowhere; an installed harness
+    # shows its shipped documents with `python -m harness docs NAME`.
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    named = re.findall(r"python -m harness docs ([\w.]+)", readme)
+    assert named, "the README does not say how an installed harness shows its documents"
+    assert sorted(set(named) - set(SHIPPED_DOCS)) == []
+    for name in SHIPPED_DOCS:
+        assert f"](docs/{name})" in readme and name in named, f"the README: docs/{name}, and how to print it"
 
 
 # --------------------------------------------------------------------------- finding 10: the quick start

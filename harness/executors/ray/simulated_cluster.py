@@ -120,7 +120,7 @@ class SimulatedCluster:
             # The head's GCS calls a node dead after 5 missed health checks; with
             # Ray's defaults (every 3 s, 10 s each) a node cut off is noticed after
             # 50 s or more, here after 15 s at most: C8's 30 s for a lost node
-            # assumes a cluster that notices one (README, "Nodes").
+            # assumes a cluster that notices one (docs/nodes.md, "Health checks").
             RAY_health_check_period_ms=str(HEALTH_CHECK_PERIOD_MS),
             RAY_health_check_timeout_ms=str(HEALTH_CHECK_TIMEOUT_MS),
             RAY_health_check_failure_threshold="5",
