@@ -89,7 +89,7 @@ def _check_run_order(executor: Any, key: str, world_size: int) -> None:
             expect_equal(mine, list(range(CALLS)), f"rank {rank}: the order it ran thread {t}'s calls in")
 
 
-@pytest.mark.clause("C24")
+@pytest.mark.harness_clause("C24")
 def test_c24_blocking_calls_from_several_threads_each_get_their_own_result(executor: Any, world_size: int) -> None:
     key = f"c24-{token()}"
 
@@ -107,7 +107,7 @@ def test_c24_blocking_calls_from_several_threads_each_get_their_own_result(execu
     _check_run_order(executor, key, world_size)
 
 
-@pytest.mark.clause("C24")
+@pytest.mark.harness_clause("C24")
 def test_c24_non_block_calls_from_several_threads_complete_in_each_threads_order(
     executor: Any, world_size: int
 ) -> None:

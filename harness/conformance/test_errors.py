@@ -30,7 +30,7 @@ def _not_a_stub(exc: BaseException, what: str) -> None:
     assert not isinstance(exc, _STUB_ERRORS), f"{what}: got {exc!r}, a missing feature, not the error the clause names"
 
 
-@pytest.mark.clause("C6")
+@pytest.mark.harness_clause("C6")
 def test_c6_worker_exception_fails_that_call_with_its_message(executor: Any, world_size: int) -> None:
     message = f"boom-{token()}"
     with pytest.raises(Exception) as info:
@@ -43,7 +43,7 @@ def test_c6_worker_exception_fails_that_call_with_its_message(executor: Any, wor
     expect_equal(got, [tag] * world_size, "the call after the failure")
 
 
-@pytest.mark.clause("C6")
+@pytest.mark.harness_clause("C6")
 def test_c6_non_block_worker_exception_fails_only_its_future(executor: Any, world_size: int) -> None:
     message = f"boom-{token()}"
     bad = one_future(executor.collective_rpc(probes.raise_on_rank, args=(0, message), non_block=True), "non_block")
@@ -54,7 +54,7 @@ def test_c6_non_block_worker_exception_fails_only_its_future(executor: Any, worl
     expect_equal(result_of(good, 60, "the future after the failed one"), ["fine"] * world_size, "the future after")
 
 
-@pytest.mark.clause("C7")
+@pytest.mark.harness_clause("C7")
 def test_c7_timeout_raises_in_time_and_no_late_reply_reaches_a_later_call(executor: Any, world_size: int) -> None:
     slow, t = 4.0, 1.0
     start = time.monotonic()
@@ -93,7 +93,7 @@ def _later_calls_all_work_or_all_fail(executor: Any, world_size: int, slow: floa
         )
 
 
-@pytest.mark.clause("C7")
+@pytest.mark.harness_clause("C7")
 def test_c7_a_stopped_worker_times_out_a_request_larger_than_any_buffer(executor: Any, world_size: int) -> None:
     # Found by a chaos run (python -m harness chaos): a worker stopped (SIGSTOP)
     # while a request of tens of MiB is written for it. The call must time out
@@ -147,7 +147,7 @@ def _says_why(exc: BaseException) -> bool:
     return bool(text) and text not in names
 
 
-@pytest.mark.clause("C7")
+@pytest.mark.harness_clause("C7")
 def test_c7_non_block_timeout_fails_the_future(executor: Any, world_size: int) -> None:
     start = time.monotonic()
     fut = one_future(
@@ -167,7 +167,7 @@ def _refused(backend: Any, cfg: ExecutorConfig) -> None:
         bounded(lambda: backend.factory(cfg).shutdown(), 60, "constructing an executor with world_size=0 again")
 
 
-@pytest.mark.clause("C20")
+@pytest.mark.harness_clause("C20")
 def test_c20_world_size_below_one_is_value_error(backend: Any, executor_config: ExecutorConfig) -> None:
     # SPEC.md asks for a ValueError, not for any wording: a backend may name its own parameter.
     with pytest.raises(ValueError):
@@ -183,7 +183,7 @@ def test_c20_world_size_below_one_is_value_error(backend: Any, executor_config: 
     assert not problems, "after refusing world_size=0: " + "; ".join(problems)
 
 
-@pytest.mark.clause("C20")
+@pytest.mark.harness_clause("C20")
 def test_c20_unknown_method_name_is_named_in_the_error(executor: Any, world_size: int) -> None:
     name = f"no_such_method_{token()}"
     with pytest.raises(Exception) as info:
@@ -193,7 +193,7 @@ def test_c20_unknown_method_name_is_named_in_the_error(executor: Any, world_size
     expect_equal(executor.collective_rpc(probes.rank), list(range(world_size)), "the call after")
 
 
-@pytest.mark.clause("C20")
+@pytest.mark.harness_clause("C20")
 def test_c20_unpicklable_argument_raises_at_the_call_in_the_caller(executor: Any, world_size: int) -> None:
     # non_block=True: the error must come from collective_rpc itself, not through a future.
     with within(30, "rejecting an unpicklable argument"), pytest.raises(Exception) as info:
@@ -205,7 +205,7 @@ def test_c20_unpicklable_argument_raises_at_the_call_in_the_caller(executor: Any
     expect_equal(executor.collective_rpc(probes.rank), list(range(world_size)), "the call after")
 
 
-@pytest.mark.clause("C20")
+@pytest.mark.harness_clause("C20")
 def test_c20_unpicklable_result_is_an_error_and_the_executor_stays_usable(executor: Any, world_size: int) -> None:
     with within(60, "an unpicklable result"), pytest.raises(Exception) as info:
         executor.collective_rpc(probes.unpicklable_result, timeout=60)

@@ -104,7 +104,7 @@ class _Callbacks:
             )
 
 
-@pytest.mark.clause("C8")
+@pytest.mark.harness_clause("C8")
 def test_c8_a_worker_dying_mid_call_fails_pending_and_later_calls_and_runs_each_callback_once(executor: Any) -> None:
     callbacks = _Callbacks(executor)
     bounded(executor.check_health, DEATH_BOUND_S, "check_health() on a healthy executor")  # must not raise
@@ -128,7 +128,7 @@ def test_c8_a_worker_dying_mid_call_fails_pending_and_later_calls_and_runs_each_
     callbacks.expect_each_once()
 
 
-@pytest.mark.clause("C8")
+@pytest.mark.harness_clause("C8")
 def test_c8_a_worker_dying_while_idle_runs_each_callback_once_with_no_call_made(executor: Any) -> None:
     callbacks = _Callbacks(executor)
     rank, pid = victim(executor)
@@ -141,7 +141,7 @@ def test_c8_a_worker_dying_while_idle_runs_each_callback_once_with_no_call_made(
     callbacks.expect_each_once()
 
 
-@pytest.mark.clause("C8")
+@pytest.mark.harness_clause("C8")
 @pytest.mark.parametrize("survivors", ["error_out", "stay_blocked"])
 def test_c8_a_rank_killed_inside_a_collective_fails_the_call_and_shutdown_stays_bounded(
     executor: Any, world_size: int, tmp_path: Path, survivors: str
@@ -162,7 +162,7 @@ def _two_victims(executor: Any, world_size: int) -> list[tuple[int, int]]:
     return apart[-2:]
 
 
-@pytest.mark.clause("C8")
+@pytest.mark.harness_clause("C8")
 @pytest.mark.parametrize("deaths", ["at_once", "one_after_the_other"])
 def test_c8_two_workers_dying_run_each_callback_exactly_once_overall(
     executor: Any, world_size: int, deaths: str
@@ -209,7 +209,7 @@ def _text_of(path: Path) -> str:
         return ""
 
 
-@pytest.mark.clause("C13")
+@pytest.mark.harness_clause("C13")
 @pytest.mark.parametrize("state", CALLER_KILLED_WHILE)
 def test_c13_every_process_the_executor_started_exits_when_the_caller_is_sigkilled(
     backend: Any, executor_config: ExecutorConfig, tmp_path: Path, state: str

@@ -1,6 +1,6 @@
 """The GPU tier: the device clauses again with ``device="cuda"`` on NCCL.
 
-Each test needs as many GPUs as its world size (``@pytest.mark.gpu``), and
+Each test needs as many GPUs as its world size (``@pytest.mark.harness_gpu``), and
 skips with "needs N GPUs, found M" elsewhere (``--require-gpus N`` makes that a
 failure on a runner that should have them). Workers start with spawn: a forked
 child cannot use CUDA. The tests never initialise CUDA in their own process:
@@ -44,7 +44,7 @@ from harness.conformance._workers import worker_pids
 from harness.conformance.test_process_group import expected_collectives
 from harness.system import gpus
 
-pytestmark = [pytest.mark.timeout(600), pytest.mark.gpu]
+pytestmark = [pytest.mark.timeout(600), pytest.mark.harness_gpu]
 
 
 def _cuda_config(world_size: int, start_method: str) -> ExecutorConfig:
@@ -91,14 +91,14 @@ def gpus_freed(request: pytest.FixtureRequest) -> Iterator[set[int]]:
         pytest.fail(f"{DEATH_BOUND_S:g} s after shutdown(): " + "; ".join(problems), pytrace=False)
 
 
-@pytest.mark.clause("C14")
+@pytest.mark.harness_clause("C14")
 def test_c14_cuda_ranks_map_to_processes(cuda_executor: Any, world_size: int) -> None:
     info = cuda_executor.collective_rpc(probes.dist_info)
     expect_equal([i[1] for i in info], list(range(world_size)), "process-group rank per entry (nccl)")
     assert len({i[3] for i in info}) == world_size, f"got {info}, expected one process per rank"
 
 
-@pytest.mark.clause("C14")
+@pytest.mark.harness_clause("C14")
 @pytest.mark.parametrize("visible", ["as-given", "reversed"])
 def test_c14_each_rank_computes_on_a_gpu_of_its_own_whatever_cuda_visible_devices_says(
     backend: Any, world_size: int, start_method: str, visible: str, monkeypatch: pytest.MonkeyPatch
@@ -118,13 +118,13 @@ def test_c14_each_rank_computes_on_a_gpu_of_its_own_whatever_cuda_visible_device
     assert not shared, f"CUDA_VISIBLE_DEVICES={cvd!r}: " + "; ".join(shared) + ", expected one GPU per rank"
 
 
-@pytest.mark.clause("C15")
+@pytest.mark.harness_clause("C15")
 def test_c15_nccl_collectives_are_correct(cuda_executor: Any, world_size: int) -> None:
     got = cuda_executor.collective_rpc(probes.collectives, args=("cuda",))
     expect_equal(got, [expected_collectives(world_size)] * world_size, "collectives on cuda/nccl")
 
 
-@pytest.mark.clause("C15")
+@pytest.mark.harness_clause("C15")
 def test_c15_the_cuda_group_runs_on_the_configs_dist_backend(cuda_executor: Any, world_size: int) -> None:
     # On CPU only gloo exists: here a backend that always uses gloo shows.
     got = cuda_executor.collective_rpc(probes.dist_backend)
@@ -132,7 +132,7 @@ def test_c15_the_cuda_group_runs_on_the_configs_dist_backend(cuda_executor: Any,
         expect_equal(str(name).lower(), "nccl", f"rank {rank}: torch.distributed.get_backend(), dist_backend='nccl'")
 
 
-@pytest.mark.clause("C17")
+@pytest.mark.harness_clause("C17")
 def test_c17_large_payload_round_trips_with_cuda_workers(cuda_executor: Any, world_size: int) -> None:
     data = os.urandom(32 << 20)
     got = cuda_executor.collective_rpc(probes.payload, args=(data,))
@@ -140,7 +140,7 @@ def test_c17_large_payload_round_trips_with_cuda_workers(cuda_executor: Any, wor
         assert rank == r and length == len(data) and back == data, f"entry {r}: the 32 MiB payload came back altered"
 
 
-@pytest.mark.clause("C16")
+@pytest.mark.harness_clause("C16")
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_c16_a_sharded_decoder_on_cuda_matches_the_dense_one_stage_by_stage(
     cuda_executor: Any, world_size: int, dtype: str, harness_seed: int
@@ -150,14 +150,14 @@ def test_c16_a_sharded_decoder_on_cuda_matches_the_dense_one_stage_by_stage(
     check_decoder_stages(cuda_executor, world_size, dtype, "cuda", harness_seed)
 
 
-@pytest.mark.clause("C16")
+@pytest.mark.harness_clause("C16")
 def test_c16_greedy_tokens_of_the_sharded_decoder_on_cuda_equal_the_dense_ones(
     cuda_executor: Any, world_size: int, harness_seed: int
 ) -> None:
     check_greedy_tokens(cuda_executor, world_size, "float32", "cuda", harness_seed)
 
 
-@pytest.mark.clause("C16")
+@pytest.mark.harness_clause("C16")
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_c16_a_pipelined_decoder_on_cuda_matches_the_dense_one_stage_by_stage(
     cuda_executor: Any, world_size: int, dtype: str, harness_seed: int
@@ -167,7 +167,7 @@ def test_c16_a_pipelined_decoder_on_cuda_matches_the_dense_one_stage_by_stage(
     check_pipeline_stages(cuda_executor, world_size, dtype, "cuda", harness_seed)
 
 
-@pytest.mark.clause("C16")
+@pytest.mark.harness_clause("C16")
 def test_c16_steps_in_flight_of_a_pipelined_decoder_on_cuda_resolve_in_order_to_their_own_logits(
     cuda_executor: Any, world_size: int, harness_seed: int
 ) -> None:
@@ -176,7 +176,7 @@ def test_c16_steps_in_flight_of_a_pipelined_decoder_on_cuda_resolve_in_order_to_
     check_steps_in_flight(cuda_executor, world_size, "float32", "cuda", harness_seed)
 
 
-@pytest.mark.clause("C15")
+@pytest.mark.harness_clause("C15")
 def test_c15_nccl_point_to_point_works_between_any_two_ranks(cuda_executor: Any, world_size: int) -> None:
     if world_size < 2:
         not_applicable("one GPU: there is no other rank to send to")
@@ -187,27 +187,27 @@ def test_c15_nccl_point_to_point_works_between_any_two_ranks(cuda_executor: Any,
     expect_equal(got, want, "what each rank received from each other rank over NCCL, [source, destination]")
 
 
-@pytest.mark.clause("C4")
+@pytest.mark.harness_clause("C4")
 def test_c4_the_future_of_a_call_with_cuda_kernels_queued_resolves_to_their_values(
     cuda_executor: Any, world_size: int
 ) -> None:
     _work_in_flight.check_one_future(cuda_executor, world_size, "cuda")
 
 
-@pytest.mark.clause("C5")
+@pytest.mark.harness_clause("C5")
 def test_c5_futures_of_calls_with_cuda_kernels_queued_complete_in_order_with_their_values(
     cuda_executor: Any, world_size: int
 ) -> None:
     _work_in_flight.check_order(cuda_executor, world_size, "cuda")
 
 
-@pytest.mark.clause("C21")
+@pytest.mark.harness_clause("C21")
 def test_c21_a_callback_added_while_cuda_kernels_run_sees_their_values(cuda_executor: Any, world_size: int) -> None:
     _work_in_flight.check_callback(cuda_executor, world_size, "cuda")
 
 
-@pytest.mark.exclusive  # GPU memory is compared with before: no other test may allocate meanwhile
-@pytest.mark.clause("C8")
+@pytest.mark.harness_exclusive  # GPU memory is compared with before: no other test may allocate meanwhile
+@pytest.mark.harness_clause("C8")
 def test_c8_a_rank_killed_inside_an_nccl_all_reduce_fails_the_call(
     backend: Any, world_size: int, start_method: str, tmp_path: Path, gpus_freed: set[int]
 ) -> None:
@@ -219,8 +219,8 @@ def test_c8_a_rank_killed_inside_an_nccl_all_reduce_fails_the_call(
         kill_a_rank_inside_a_collective(ex, world_size, tmp_path, "error_out", "cuda")
 
 
-@pytest.mark.exclusive  # GPU memory is compared with before: no other test may allocate meanwhile
-@pytest.mark.clause("C8")
+@pytest.mark.harness_exclusive  # GPU memory is compared with before: no other test may allocate meanwhile
+@pytest.mark.harness_clause("C8")
 def test_c8_a_rank_killed_with_cuda_kernels_queued_fails_the_call(
     backend: Any, world_size: int, start_method: str, gpus_freed: set[int]
 ) -> None:
@@ -235,8 +235,8 @@ def test_c8_a_rank_killed_with_cuda_kernels_queued_fails_the_call(
         expect_failure(error_of(pending, left(died), f"{what}, due within {DEATH_BOUND_S:g} s"), what)
 
 
-@pytest.mark.exclusive  # GPU memory is compared with before: no other test may allocate meanwhile
-@pytest.mark.clause("C9")
+@pytest.mark.harness_exclusive  # GPU memory is compared with before: no other test may allocate meanwhile
+@pytest.mark.harness_clause("C9")
 def test_c9_shutdown_frees_every_gpu_the_executor_used(
     backend: Any, world_size: int, start_method: str, gpus_freed: set[int]
 ) -> None:

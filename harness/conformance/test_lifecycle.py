@@ -136,7 +136,7 @@ def _hang_a_worker(ex: Any, tmp_path: Path, call: Callable[[Any, tuple[Any, ...]
     return rank
 
 
-@pytest.mark.clause("C9")
+@pytest.mark.harness_clause("C9")
 def test_c9_shutdown_is_bounded_with_a_worker_hung_in_native_code_and_cleans_up(
     backend: Any, executor_config: ExecutorConfig, tmp_path: Path
 ) -> None:
@@ -159,7 +159,7 @@ def test_c9_shutdown_is_bounded_with_a_worker_hung_in_native_code_and_cleans_up(
     _expect_call_fails_after_shutdown(ex)
 
 
-@pytest.mark.clause("C9")
+@pytest.mark.harness_clause("C9")
 def test_c9_shutdown_from_another_thread_ends_a_call_blocked_on_a_hung_worker(
     backend: Any, executor_config: ExecutorConfig, tmp_path: Path
 ) -> None:
@@ -190,7 +190,7 @@ def test_c9_shutdown_from_another_thread_ends_a_call_blocked_on_a_hung_worker(
     _assert_clean(before, pids, "after shutdown()", _start_and_stop(backend, executor_config))
 
 
-@pytest.mark.clause("C9")
+@pytest.mark.harness_clause("C9")
 def test_c9_shutdown_of_an_idle_executor_leaves_nothing(
     backend: Any, executor_config: ExecutorConfig, request: pytest.FixtureRequest
 ) -> None:
@@ -241,7 +241,7 @@ def _second_shutdown_is_a_no_op(ex: Any, failures: _FailureCallbackRuns) -> None
     assert added == 0, f"a second shutdown() ran the failure callback {added} time(s), expected a no-op"
 
 
-@pytest.mark.clause("C10")
+@pytest.mark.harness_clause("C10")
 def test_c10_ten_create_shutdown_cycles_leak_nothing(
     backend: Any, executor_config: ExecutorConfig, request: pytest.FixtureRequest
 ) -> None:
@@ -294,7 +294,7 @@ SOAK_CALLS = 10_000
 SOAK_PAYLOAD = 16 << 10
 
 
-@pytest.mark.clause("C10")
+@pytest.mark.harness_clause("C10")
 def test_c10_an_executor_keeps_nothing_of_a_completed_call(executor: Any, world_size: int) -> None:
     # Blocking calls and batches of non_block ones, each checked; the caller's and
     # each worker's own memory (USS), descriptors and threads sampled every 250
@@ -376,7 +376,7 @@ def _cycles(backend: Any, config: ExecutorConfig, cycles: range, before: leaks.S
     return pids
 
 
-@pytest.mark.clause("C11")
+@pytest.mark.harness_clause("C11")
 def test_c11_with_block_shuts_down_on_exit(
     backend: Any, executor_config: ExecutorConfig, request: pytest.FixtureRequest
 ) -> None:
@@ -397,7 +397,7 @@ def test_c11_with_block_shuts_down_on_exit(
     _expect_call_fails_after_shutdown(ex)
 
 
-@pytest.mark.clause("C11")
+@pytest.mark.harness_clause("C11")
 def test_c11_with_block_shuts_down_when_the_body_raises(
     backend: Any, executor_config: ExecutorConfig, request: pytest.FixtureRequest
 ) -> None:
@@ -419,7 +419,7 @@ def test_c11_with_block_shuts_down_when_the_body_raises(
     _assert_clean(before, pids, "after the with block raised", _start_and_stop(backend, executor_config))
 
 
-@pytest.mark.clause("C12")
+@pytest.mark.harness_clause("C12")
 def test_c12_dropping_the_last_reference_stops_the_workers(backend: Any, executor_config: ExecutorConfig) -> None:
     ex = _create(backend, executor_config)
     pids = _remote_pids(ex)
@@ -437,7 +437,7 @@ def test_c12_dropping_the_last_reference_stops_the_workers(backend: Any, executo
         )
 
 
-@pytest.mark.clause("C18")
+@pytest.mark.harness_clause("C18")
 def test_c18_two_executors_at_once_are_independent(backend: Any, executor_config: ExecutorConfig) -> None:
     before = leaks.baseline()
     a = backend.factory(executor_config)
@@ -502,7 +502,7 @@ def _shut_both(a: Any, b: Any) -> None:
         _shutdown(b, "shutdown() of executor b")
 
 
-@pytest.mark.clause("C18")
+@pytest.mark.harness_clause("C18")
 def test_c18_a_worker_death_in_one_executor_leaves_the_others_calls_health_and_callbacks_untouched(
     backend: Any, executor_config: ExecutorConfig
 ) -> None:
@@ -524,7 +524,7 @@ def test_c18_a_worker_death_in_one_executor_leaves_the_others_calls_health_and_c
         _shut_both(a, b)
 
 
-@pytest.mark.clause("C18")
+@pytest.mark.harness_clause("C18")
 def test_c18_a_timeout_in_one_executor_leaves_the_others_calls_health_and_callbacks_untouched(
     backend: Any, executor_config: ExecutorConfig, world_size: int
 ) -> None:
@@ -544,7 +544,7 @@ def test_c18_a_timeout_in_one_executor_leaves_the_others_calls_health_and_callba
         _shut_both(a, b)
 
 
-@pytest.mark.clause("C18")
+@pytest.mark.harness_clause("C18")
 def test_c18_a_shutdown_of_one_executor_leaves_the_others_calls_health_and_callbacks_untouched(
     backend: Any, executor_config: ExecutorConfig
 ) -> None:
@@ -571,7 +571,7 @@ CALLER_WINDOW_S = 2.0
 IDLE_CALLER_SHARE = 0.10
 
 
-@pytest.mark.clause("C19")
+@pytest.mark.harness_clause("C19")
 def test_c19_idle_executor_burns_no_caller_cpu(executor: Any) -> None:
     """After a blocking call and a non-blocking one, the caller's whole process
     (every thread) over 2 s: its CPU time, and how much of the window its
@@ -647,7 +647,7 @@ def _burning(who: str, f: dict[str, Any], returned: float, limit: float = IDLE_W
     return f"{who} burned {100 * share:.1f} % of one core {window}, but {spinner}"
 
 
-@pytest.mark.clause("C25")
+@pytest.mark.harness_clause("C25")
 def test_c25_idle_workers_sleep(executor: Any, world_size: int, request: pytest.FixtureRequest) -> None:
     """One call starts a thread in each rank's process that, 3.5 s later, reads the
     CPU time of that whole process (every thread) over 2 s, and how much of those
@@ -719,7 +719,7 @@ def _messages(exc: BaseException) -> str:
     return "\n".join(parts)
 
 
-@pytest.mark.clause("C22")
+@pytest.mark.harness_clause("C22")
 @pytest.mark.parametrize("which", ["first", "last"])
 def test_c22_a_worker_failing_to_start_fails_construction_cleanly(
     backend: Any, executor_config: ExecutorConfig, world_size: int, which: str, monkeypatch: pytest.MonkeyPatch

@@ -29,7 +29,7 @@ from harness.conformance._workers import worker_pids
 from harness.system.nodes import cut_machine, kill_machine
 from harness.system.pids import pid_namespace
 
-pytestmark = [pytest.mark.timeout(300), pytest.mark.exclusive]
+pytestmark = [pytest.mark.timeout(300), pytest.mark.harness_exclusive]
 
 #: SPEC.md's C8 bound for a whole node: longer than a worker's 10 s, as a
 #: cluster tells a lost machine by missed heartbeats.
@@ -37,7 +37,7 @@ NODE_BOUND_S = 30.0
 FAILURES: dict[str, Callable[[int], list[Any]]] = {"killed": kill_machine, "cut_off": cut_machine}
 
 
-@pytest.mark.clause("C8")
+@pytest.mark.harness_clause("C8")
 @pytest.mark.parametrize("failure", list(FAILURES))
 def test_c8_a_node_failing_fails_pending_and_later_calls_within_30_s_and_runs_the_callbacks_once(
     executor: Any, executor_config: Any, world_size: int, tmp_path: Path, failure: str

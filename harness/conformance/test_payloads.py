@@ -16,7 +16,7 @@ pytestmark = pytest.mark.timeout(300)
 MIB = 1 << 20
 
 
-@pytest.mark.clause("C17")
+@pytest.mark.harness_clause("C17")
 def test_c17_a_64_mib_argument_reaches_every_rank_intact(executor: Any, world_size: int) -> None:
     # Each rank answers with a digest, not the bytes: the results' way back is the
     # next test's, and narrowing the reply to one rank would lean on C2.
@@ -30,7 +30,7 @@ def test_c17_a_64_mib_argument_reaches_every_rank_intact(executor: Any, world_si
         )
 
 
-@pytest.mark.clause("C17")
+@pytest.mark.harness_clause("C17")
 def test_c17_large_results_from_every_rank_arrive_intact(executor: Any, world_size: int) -> None:
     size = 16 * MIB
     got = executor.collective_rpc(probes.make_payload, args=(size, 1234))

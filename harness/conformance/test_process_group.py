@@ -15,7 +15,7 @@ from harness.conformance._tensor_parallel import check_decoder_stages, check_gre
 pytestmark = pytest.mark.timeout(300)
 
 
-@pytest.mark.clause("C14")
+@pytest.mark.harness_clause("C14")
 def test_c14_worker_rank_is_the_process_group_rank_one_process_per_rank(executor: Any, world_size: int) -> None:
     info = executor.collective_rpc(probes.dist_info)
     expect_equal([i[0] for i in info], list(range(world_size)), "worker.rank per entry")
@@ -26,7 +26,7 @@ def test_c14_worker_rank_is_the_process_group_rank_one_process_per_rank(executor
     assert len(set(processes)) == world_size, f"got (pid, PID namespace) {processes}, expected one process per rank"
 
 
-@pytest.mark.clause("C14")
+@pytest.mark.harness_clause("C14")
 def test_c14_ranks_run_node_by_node_on_as_many_machines_as_nodes(
     executor: Any, world_size: int, executor_config: Any
 ) -> None:
@@ -64,13 +64,13 @@ def expected_collectives(n: int) -> dict[str, Any]:
     }
 
 
-@pytest.mark.clause("C15")
+@pytest.mark.harness_clause("C15")
 def test_c15_collectives_are_correct(executor: Any, world_size: int, executor_config: Any) -> None:
     got = executor.collective_rpc(probes.collectives, args=(executor_config.device,))
     expect_equal(got, [expected_collectives(world_size)] * world_size, "all_reduce/all_gather/broadcast/barrier")
 
 
-@pytest.mark.clause("C15")
+@pytest.mark.harness_clause("C15")
 def test_c15_point_to_point_send_and_recv_work_between_any_two_ranks(
     executor: Any, world_size: int, executor_config: Any
 ) -> None:
@@ -84,7 +84,7 @@ def test_c15_point_to_point_send_and_recv_work_between_any_two_ranks(
     expect_equal(got, want, "what each rank received from each other rank, [source, destination]")
 
 
-@pytest.mark.clause("C15")
+@pytest.mark.harness_clause("C15")
 def test_c15_the_process_group_runs_on_the_configs_dist_backend(
     executor: Any, world_size: int, executor_config: Any
 ) -> None:
@@ -97,7 +97,7 @@ def test_c15_the_process_group_runs_on_the_configs_dist_backend(
         )
 
 
-@pytest.mark.clause("C16")
+@pytest.mark.harness_clause("C16")
 @pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
 def test_c16_a_sharded_decoder_matches_the_dense_one_stage_by_stage(
     executor: Any, world_size: int, executor_config: Any, dtype: str, harness_seed: int
@@ -107,7 +107,7 @@ def test_c16_a_sharded_decoder_matches_the_dense_one_stage_by_stage(
     check_decoder_stages(executor, world_size, dtype, executor_config.device, harness_seed)
 
 
-@pytest.mark.clause("C16")
+@pytest.mark.harness_clause("C16")
 def test_c16_greedy_tokens_of_the_sharded_decoder_equal_the_dense_ones(
     executor: Any, world_size: int, executor_config: Any, harness_seed: int
 ) -> None:
@@ -119,7 +119,7 @@ def _needs_two_stages(world_size: int) -> None:
         not_applicable("one rank makes no pipeline: pipeline parallelism needs two stages, so two ranks")
 
 
-@pytest.mark.clause("C16")
+@pytest.mark.harness_clause("C16")
 @pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
 def test_c16_a_pipelined_decoder_matches_the_dense_one_stage_by_stage(
     executor: Any, world_size: int, executor_config: Any, dtype: str, harness_seed: int
@@ -131,7 +131,7 @@ def test_c16_a_pipelined_decoder_matches_the_dense_one_stage_by_stage(
     check_pipeline_stages(executor, world_size, dtype, executor_config.device, harness_seed)
 
 
-@pytest.mark.clause("C16")
+@pytest.mark.harness_clause("C16")
 def test_c16_steps_in_flight_of_a_pipelined_decoder_resolve_in_order_to_their_own_logits(
     executor: Any, world_size: int, executor_config: Any, harness_seed: int
 ) -> None:

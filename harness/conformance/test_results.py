@@ -35,7 +35,7 @@ _CALLBACK_S = 10.0
 pytestmark = pytest.mark.timeout(300)
 
 
-@pytest.mark.clause("C1")
+@pytest.mark.harness_clause("C1")
 def test_c1_results_are_in_rank_order_whatever_order_ranks_finish(executor: Any, world_size: int) -> None:
     # Rank r sleeps (n-1-r) * step: the highest rank answers first. Rank r answers
     # n - r, so that neither arrival order nor sorted order is rank order.
@@ -44,20 +44,20 @@ def test_c1_results_are_in_rank_order_whatever_order_ranks_finish(executor: Any,
     expect_equal(got, values, "collective_rpc(finish_in_reverse_with), rank r answering values[r]")
 
 
-@pytest.mark.clause("C1")
+@pytest.mark.harness_clause("C1")
 def test_c1_blocking_call_returns_one_entry_per_rank(executor: Any, world_size: int) -> None:
     got = executor.collective_rpc(probes.rank)
     assert isinstance(got, list), f"got {type(got).__name__}, expected list [collective_rpc(rank)]"
     expect_equal(got, list(range(world_size)), "collective_rpc(rank)")
 
 
-@pytest.mark.clause("C2")
+@pytest.mark.harness_clause("C2")
 def test_c2_unique_reply_rank_returns_that_rank_alone(executor: Any, world_size: int) -> None:
     for r in range(world_size):
         expect_equal(executor.collective_rpc(probes.rank, unique_reply_rank=r), r, f"unique_reply_rank={r}")
 
 
-@pytest.mark.clause("C2")
+@pytest.mark.harness_clause("C2")
 def test_c2_every_rank_runs_the_call_when_one_reply_is_asked_for(executor: Any, world_size: int) -> None:
     key = f"c2-{token()}"
     for r in range(world_size):
@@ -71,7 +71,7 @@ def test_c2_every_rank_runs_the_call_when_one_reply_is_asked_for(executor: Any, 
         )
 
 
-@pytest.mark.clause("C2")
+@pytest.mark.harness_clause("C2")
 def test_c2_a_call_narrowed_to_one_reply_may_use_collectives(executor: Any, world_size: int) -> None:
     # Every rank must take part, or the others wait in the collective: the
     # suite's watchdog, not the backend, ends that wait.
@@ -85,7 +85,7 @@ def test_c2_a_call_narrowed_to_one_reply_may_use_collectives(executor: Any, worl
     expect_equal(got, expected_collectives(world_size), f"collectives, reply of rank {world_size - 1}")
 
 
-@pytest.mark.clause("C2")
+@pytest.mark.harness_clause("C2")
 @pytest.mark.parametrize("call", ["blocking", "non_block"])
 @pytest.mark.parametrize("where", ["world_size", "-1"])
 def test_c2_out_of_range_rank_is_value_error_before_sending(
@@ -110,13 +110,13 @@ _ARGS = (1, -(2**70), 3.5, "ünïcode", b"\x00bytes", None, [1, [2, (3,)]], {"k"
 _KWARGS = {"alpha": 1, "beta": ("x", b"y"), "gamma": None, "delta": {"nested": [1.25]}}
 
 
-@pytest.mark.clause("C3")
+@pytest.mark.harness_clause("C3")
 def test_c3_args_and_kwargs_reach_a_callable_unchanged(executor: Any, world_size: int) -> None:
     got = executor.collective_rpc(probes.echo, args=_ARGS, kwargs=_KWARGS)
     expect_equal(got, [(r, _ARGS, _KWARGS) for r in range(world_size)], "collective_rpc(echo, args, kwargs)")
 
 
-@pytest.mark.clause("C3")
+@pytest.mark.harness_clause("C3")
 def test_c3_args_and_kwargs_reach_a_string_method_unchanged(executor: Any, world_size: int) -> None:
     # SPEC.md promises a worker only ``rank``: the probe adds the method to the
     # worker's class, never to the worker object (which may refuse attributes).
@@ -129,7 +129,7 @@ def test_c3_args_and_kwargs_reach_a_string_method_unchanged(executor: Any, world
     expect_equal(got, [(r, _ARGS, _KWARGS) for r in range(world_size)], f"collective_rpc({probes.ECHO_METHOD!r})")
 
 
-@pytest.mark.clause("C4")
+@pytest.mark.harness_clause("C4")
 @pytest.mark.parametrize("unique", [False, True], ids=["all-ranks", "unique-reply"])
 def test_c4_non_block_returns_one_future_resolving_to_the_blocking_result(
     executor: Any, world_size: int, unique: bool
@@ -150,7 +150,7 @@ def test_c4_non_block_returns_one_future_resolving_to_the_blocking_result(
     assert fut.done() and fut.exception() is None
 
 
-@pytest.mark.clause("C4")
+@pytest.mark.harness_clause("C4")
 @pytest.mark.parametrize("wait", ["result", "exception"])
 def test_c4_a_wait_with_timeout_on_a_pending_future_raises_timeout_error_and_the_future_completes(
     executor: Any, world_size: int, wait: str
@@ -193,7 +193,7 @@ def _record(lock: threading.Lock, order: list[int], i: int, _future: Any) -> Non
         order.append(i)
 
 
-@pytest.mark.clause("C5")
+@pytest.mark.harness_clause("C5")
 def test_c5_a_later_future_completes_the_earlier_ones_first(executor: Any, world_size: int) -> None:
     order: list[int] = []
     lock = threading.Lock()
@@ -214,7 +214,7 @@ def test_c5_a_later_future_completes_the_earlier_ones_first(executor: Any, world
         expect_equal(order, sorted(order), "completion order of futures 0..4")
 
 
-@pytest.mark.clause("C5")
+@pytest.mark.harness_clause("C5")
 def test_c5_blocking_calls_take_nothing_from_pending_futures(executor: Any, world_size: int) -> None:
     pending = one_future(
         executor.collective_rpc(probes.sleep_then_echo, args=(0.3, "pending"), non_block=True), "non_block=True"
@@ -233,7 +233,7 @@ def test_c5_blocking_calls_take_nothing_from_pending_futures(executor: Any, worl
     )
 
 
-@pytest.mark.clause("C5")
+@pytest.mark.harness_clause("C5")
 def test_c5_hundreds_of_calls_in_flight_all_complete(executor: Any, world_size: int) -> None:
     # Large-ish replies, never collected until the end: they back up any
     # reply channel, which must not deadlock the requests behind them.
@@ -295,7 +295,7 @@ def _once_with(seen: list[Any], future: Any) -> bool:
     return len(seen) == 1 and seen[0] is future
 
 
-@pytest.mark.clause("C21")
+@pytest.mark.harness_clause("C21")
 def test_c21_done_callback_runs_once_with_its_future(executor: Any) -> None:
     callback = _Callbacks()
     fut = one_future(executor.collective_rpc(probes.sleep, args=(0.2,), non_block=True), "non_block=True")
@@ -315,7 +315,7 @@ def test_c21_done_callback_runs_once_with_its_future(executor: Any) -> None:
     )
 
 
-@pytest.mark.clause("C21")
+@pytest.mark.harness_clause("C21")
 def test_c21_done_callback_runs_when_a_later_call_completes_it(executor: Any) -> None:
     callback = _Callbacks()
     fut = one_future(executor.collective_rpc(probes.sleep, args=(0.1,), non_block=True), "non_block=True")
@@ -337,21 +337,21 @@ def test_c21_done_callback_runs_when_a_later_call_completes_it(executor: Any) ->
 # ---- with device work in flight (the GPU tier runs the same checks on CUDA) ----
 
 
-@pytest.mark.clause("C4")
+@pytest.mark.harness_clause("C4")
 def test_c4_the_future_of_a_call_with_kernels_queued_resolves_to_their_values(
     executor: Any, world_size: int, executor_config: Any
 ) -> None:
     _work_in_flight.check_one_future(executor, world_size, executor_config.device)
 
 
-@pytest.mark.clause("C5")
+@pytest.mark.harness_clause("C5")
 def test_c5_futures_of_calls_with_kernels_queued_complete_in_order_with_their_values(
     executor: Any, world_size: int, executor_config: Any
 ) -> None:
     _work_in_flight.check_order(executor, world_size, executor_config.device)
 
 
-@pytest.mark.clause("C21")
+@pytest.mark.harness_clause("C21")
 def test_c21_a_callback_added_while_kernels_run_sees_their_values(
     executor: Any, world_size: int, executor_config: Any
 ) -> None:

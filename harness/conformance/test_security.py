@@ -16,7 +16,7 @@ from harness.system import leaks
 pytestmark = pytest.mark.timeout(300)
 
 
-@pytest.mark.clause("C23")
+@pytest.mark.harness_clause("C23")
 def test_c23_nothing_listens_beyond_loopback_and_shm_is_private(
     backend: Any, executor_config: ExecutorConfig, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:

@@ -54,6 +54,7 @@ from harness.pytest_plugin.isolation import (
     skipped_report,
     timeout_of,
 )
+from harness.pytest_plugin.markers import DISTRIBUTED, GPU, MARKERS, RAY, add_tier_aliases
 from harness.pytest_plugin.options import (
     NO_BACKEND,
     Options,
@@ -68,7 +69,7 @@ from harness.pytest_plugin.options import (
     variant_of,
 )
 from harness.pytest_plugin.outcomes import LEAK_CLAUSE, MatrixCollector, tag_item
-from harness.pytest_plugin.parallel import EXCLUSIVE_MARKER, ISOLATED_MARKER, run_side_by_side
+from harness.pytest_plugin.parallel import ISOLATED_MARKER, run_side_by_side
 from harness.report import ClauseMatrix, machine_settings
 from harness.system.cpu import log_run_cpu, run_started
 from harness.system.load import start_up_scale
@@ -213,21 +214,8 @@ def _check_report_path(config: pytest.Config, option: str) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     """Register the markers; parse and check the harness settings."""
-    config.addinivalue_line(
-        "markers", "gpu(min_gpus=N): needs N CUDA GPUs (default: one per rank); skips with the count found"
-    )
-    config.addinivalue_line("markers", "distributed: starts workers; runs once per backend, in its own process")
-    config.addinivalue_line("markers", "ray: needs Ray; skips with the install command where it is missing")
-    config.addinivalue_line("markers", "perf: compares latency with a stored baseline")
-    config.addinivalue_line(
-        "markers", f"{EXCLUSIVE_MARKER}: runs with no other test beside it (it measures CPU time or latency)"
-    )
-    config.addinivalue_line(
-        "markers",
-        f"{ISOLATED_MARKER}: runs in a forked process of its own, side by side with others (a test that waits on "
-        "subprocesses, not a backend test)",
-    )
-    config.addinivalue_line("markers", "clause(*ids): the SPEC.md clauses this test checks")
+    for line in MARKERS:
+        config.addinivalue_line("markers", line)
     opts = parse_options(config)
     for option in ("harness_report_json", "harness_report_md", "harness_report_html"):
         _check_report_path(config, option)
@@ -512,14 +500,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for clause in clauses_of(item):
             if clause not in CLAUSES:
                 raise pytest.UsageError(f"{item.nodeid}: clause marker names unknown clause {clause!r}")
-        if missing_ray and item.get_closest_marker("ray") is not None:
+        if missing_ray and item.get_closest_marker(RAY) is not None:
             item.add_marker(
                 pytest.mark.skip(reason=f"ray is not installed; install it with: {BUILTIN_BACKENDS['ray'][1]}")
             )
         if "harness_variant" in getattr(item, "fixturenames", ()):
             collector.saw_backend_tests = True
-            item.add_marker(pytest.mark.distributed)
+            item.add_marker(pytest.mark.harness_distributed)
             tag_item(item)
+        add_tier_aliases(item)
         variant = variant_of(item)
         if isinstance(variant, Variant) and variant.nodes > 1 and variant.backend.supports_nodes(variant.nodes):
             if nodes_missing is None:
@@ -531,7 +520,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.stash[_missing_key] = f"{reason}, and --require-nodes demands multi-node runs"
             else:
                 item.add_marker(pytest.mark.skip(reason=reason))
-        gpu = item.get_closest_marker("gpu")
+        gpu = item.get_closest_marker(GPU)
         if gpu is not None:
             # Without min_gpus, a backend test needs one GPU per rank.
             default = variant.world_size if isinstance(variant, (Variant, Unavailable)) else 1
@@ -677,7 +666,7 @@ def _leave_setups_for(item: pytest.Item) -> None:
 
 def _runs_isolated(item: pytest.Item) -> bool:
     opts = item.config.stash[options_key]
-    marked = item.get_closest_marker("distributed") or item.get_closest_marker(ISOLATED_MARKER)
+    marked = item.get_closest_marker(DISTRIBUTED) or item.get_closest_marker(ISOLATED_MARKER)
     return opts.isolate and marked is not None and hasattr(os, "fork")
 
 

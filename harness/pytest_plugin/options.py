@@ -537,7 +537,7 @@ NO_BACKEND = (
 
 def clauses_of(item: pytest.Item) -> list[str]:
     """The clause ids a test's ``clause`` markers name."""
-    return [c for m in item.iter_markers("clause") for c in m.args]
+    return [c for m in item.iter_markers("harness_clause") for c in m.args]
 
 
 def variant_of(item: pytest.Item) -> Variant | Unavailable | None:

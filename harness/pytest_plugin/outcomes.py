@@ -30,6 +30,7 @@ from harness.backends import LoadedBackend
 from harness.conformance._checks import BLOCKED_BY, NOT_APPLICABLE
 from harness.pytest_plugin import residue as _residue
 from harness.pytest_plugin.isolation import LOAD_PROPERTY, REMOVED_PROPERTY
+from harness.pytest_plugin.markers import GPU
 from harness.pytest_plugin.options import Options, Unavailable, Variant, clauses_of, variant_of
 from harness.report import (
     BLOCKED,
@@ -53,7 +54,7 @@ _MAX_DETAIL = 16_000
 
 
 def device_of(item: pytest.Item) -> str:
-    return "cuda" if item.get_closest_marker("gpu") is not None else "cpu"
+    return "cuda" if item.get_closest_marker(GPU) is not None else "cpu"
 
 
 def tag_item(item: pytest.Item) -> None:

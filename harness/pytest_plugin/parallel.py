@@ -27,13 +27,11 @@ from collections.abc import Callable
 import pytest
 
 from harness.pytest_plugin.isolation import PROGRESS_EVERY_S, IsolatedTest
+from harness.pytest_plugin.markers import CLAUSE
+from harness.pytest_plugin.markers import EXCLUSIVE as EXCLUSIVE_MARKER
+from harness.pytest_plugin.markers import ISOLATED as ISOLATED_MARKER
 
 __all__ = ["EXCLUSIVE_MARKER", "ISOLATED_MARKER", "run_side_by_side"]
-
-#: Tests with this marker run alone.
-EXCLUSIVE_MARKER = "exclusive"
-#: Tests with this marker run isolated (as backend tests do), side by side.
-ISOLATED_MARKER = "isolated"
 
 
 class _Slot:
@@ -107,7 +105,7 @@ def _first_tests_first(items: list[pytest.Item], variant: Callable[[pytest.Item]
             first_at.setdefault(v, i)
     for v, at in first_at.items():
         for j in range(at, len(out)):
-            marker = out[j].get_closest_marker("clause")
+            marker = out[j].get_closest_marker(CLAUSE)
             if variant(out[j]) == v and marker is not None and marker.args[:1] == (FIRST_CLAUSE,):
                 out.insert(at, out.pop(j))
                 break

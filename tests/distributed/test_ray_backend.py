@@ -30,7 +30,7 @@ from harness.conformance import probes
 from harness.conformance._checks import process_gone, wait_until
 from harness.system import leaks
 
-pytestmark = [pytest.mark.ray, pytest.mark.distributed, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.harness_ray, pytest.mark.harness_distributed, pytest.mark.timeout(240)]
 
 
 def _ray_processes() -> list[str]:

@@ -29,12 +29,12 @@ import pytest
 from harness.system.nodes import NODE_HOSTNAME, unavailable_reason
 
 pytestmark = [
-    pytest.mark.ray,
-    pytest.mark.distributed,
+    pytest.mark.harness_ray,
+    pytest.mark.harness_distributed,
     pytest.mark.timeout(420),
     # Each test requires that no process is left in a namespace made after it
     # began: another test's cluster, beside it, would be counted against it.
-    pytest.mark.exclusive,
+    pytest.mark.harness_exclusive,
     pytest.mark.skipif(unavailable_reason() is not None, reason=f"simulated nodes: {unavailable_reason()}"),
 ]
 

@@ -46,6 +46,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.path.parent != _HERE or _SHARED & set(getattr(item, "fixturenames", ())):
             continue
-        item.add_marker(pytest.mark.isolated)
+        item.add_marker(pytest.mark.harness_isolated)
         if item.path.name in _ALONE:
-            item.add_marker(pytest.mark.exclusive)
+            item.add_marker(pytest.mark.harness_exclusive)

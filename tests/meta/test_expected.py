@@ -9,7 +9,7 @@ import pytest
 
 from tests.meta.test_meta import _conform_output
 
-pytestmark = [pytest.mark.isolated, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.harness_isolated, pytest.mark.timeout(600)]
 
 LIST = """\
 # Known failures of tests.meta.broken:drops_kwargs

@@ -25,7 +25,7 @@ import sys
 import pytest
 from harness.conformance import probes
 
-@pytest.mark.clause("C1")
+@pytest.mark.harness_clause("C1")
 def test_hangs(executor):
     # A helper that left the test's process group: only the test's tag finds it.
     subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"], start_new_session=True)

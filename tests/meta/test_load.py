@@ -20,7 +20,7 @@ from harness.report import FILTERED_OUT
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.exclusive
+@pytest.mark.harness_exclusive
 @pytest.mark.timeout(1200)
 def test_beside_cpu_hogs_mp_gets_the_verdicts_of_a_quiet_machine(tmp_path: Path) -> None:
     report = tmp_path / "report.json"

@@ -39,7 +39,7 @@ SUITE = """
 import os, socket
 import pytest
 
-@pytest.mark.clause("C14")
+@pytest.mark.harness_clause("C14")
 def test_the_config_carries_the_variants_node_count(backend, executor_config, world_size, harness_variant):
     assert executor_config.nodes == harness_variant.nodes
     assert executor_config.world_size == world_size

@@ -17,31 +17,31 @@ import pytest
 from harness.conformance import probes
 from harness.conformance._checks import blocked_by, not_applicable
 
-@pytest.mark.clause("C1")
+@pytest.mark.harness_clause("C1")
 def test_passes(executor, world_size):
     assert executor.collective_rpc(probes.rank) == list(range(world_size))
 
-@pytest.mark.clause("C1")
+@pytest.mark.harness_clause("C1")
 def test_skips_in_its_body(executor):
     pytest.skip("the machine has no such thing")
 
-@pytest.mark.clause("C5")
+@pytest.mark.harness_clause("C5")
 def test_blocked(executor):
     blocked_by("C4", "non_block returned a list")
 
-@pytest.mark.clause("C13")
+@pytest.mark.harness_clause("C13")
 def test_nothing_to_look_at(executor):
     not_applicable("every rank runs in the caller's process")
 
-@pytest.mark.clause("C13")
+@pytest.mark.harness_clause("C13")
 def test_nothing_to_look_at_either(executor):
     not_applicable("every rank runs in the caller's process")
 
-@pytest.mark.clause("C3")
+@pytest.mark.harness_clause("C3")
 def test_fails(executor):
     assert False, "got 1, expected 2 [echo]"
 
-@pytest.mark.clause("C2")
+@pytest.mark.harness_clause("C2")
 def test_passes_alone(executor):
     pass
 """
@@ -117,8 +117,8 @@ GPU_SUITE = """
 import pytest
 from harness.conformance import probes
 
-@pytest.mark.gpu
-@pytest.mark.clause("C15")
+@pytest.mark.harness_gpu
+@pytest.mark.harness_clause("C15")
 def test_on_gpu(executor):
     pass
 """
@@ -186,7 +186,7 @@ LEAK_SUITE = """
 import pytest
 from harness.conformance import probes
 
-@pytest.mark.clause("C1")
+@pytest.mark.harness_clause("C1")
 def test_rank(executor, world_size):
     assert executor.collective_rpc(probes.rank) == list(range(world_size))
 """
@@ -240,7 +240,7 @@ import pytest
 from harness.conformance import _spec_bounds
 from harness.conformance._spec_bounds import wait_within
 
-@pytest.mark.clause("C12")
+@pytest.mark.harness_clause("C12")
 def test_late_on_a_loaded_machine(executor, monkeypatch):
     monkeypatch.delenv(_spec_bounds.EXACT_ENV, raising=False)
     monkeypatch.setattr(_spec_bounds, "load_per_cpu", lambda: 8.0)

@@ -31,17 +31,17 @@ def _ran(name, seconds):
     with open(os.path.join(os.environ["INTERVALS"], name), "w") as f:
         json.dump([start, time.time()], f)
 
-@pytest.mark.distributed
+@pytest.mark.harness_distributed
 @pytest.mark.parametrize("i", range(4))
 def test_waits(i):
     _ran(f"waits{i}", 1.5)
 
-@pytest.mark.distributed
-@pytest.mark.exclusive
+@pytest.mark.harness_distributed
+@pytest.mark.harness_exclusive
 def test_alone():
     _ran("alone", 1.0)
 
-@pytest.mark.distributed
+@pytest.mark.harness_distributed
 @pytest.mark.parametrize("i", range(2))
 def test_more(i):
     _ran(f"more{i}", 1.5)
@@ -87,12 +87,12 @@ STOPS = """
 import time
 import pytest
 
-@pytest.mark.distributed
+@pytest.mark.harness_distributed
 def test_fails_soon():
     time.sleep(0.5)
     assert False, "the first failure"
 
-@pytest.mark.distributed
+@pytest.mark.harness_distributed
 @pytest.mark.parametrize("i", range(2))
 def test_sleeps_long(i):
     time.sleep(120)
@@ -125,7 +125,7 @@ def test_in_pytests_own_process():
     x = torch.randn(1500, 1500)
     assert (x @ x).shape == (1500, 1500)  # a parallel op in the process that forks the tests
 
-@pytest.mark.distributed
+@pytest.mark.harness_distributed
 def test_in_a_forked_process():
     x = torch.randn(1500, 1500)
     assert (x @ x).shape == (1500, 1500)
@@ -175,14 +175,14 @@ def shared():
 def test_in_process(shared):
     assert shared == 1
 
-@pytest.mark.isolated
+@pytest.mark.harness_isolated
 def test_isolated_beside_it():
     pass
 """,
     "a/test_second.py": """
 import pytest
 
-@pytest.mark.isolated
+@pytest.mark.harness_isolated
 def test_isolated_in_another_module():
     pass
 """,

@@ -13,11 +13,11 @@ HUNG = """
 import pytest
 from harness.conformance import probes
 
-@pytest.mark.clause("C1")
+@pytest.mark.harness_clause("C1")
 def test_hangs(executor):
     executor.collective_rpc(probes.sleep, args=(3600,))
 
-@pytest.mark.clause("C1")
+@pytest.mark.harness_clause("C1")
 def test_after(executor, world_size):
     assert executor.collective_rpc(probes.rank) == list(range(world_size))
 """
@@ -105,7 +105,7 @@ def test_gpu_tests_skip_with_the_count_found(pytester: pytest.Pytester, monkeypa
     pytester.makepyfile(
         """
         import pytest
-        @pytest.mark.gpu(min_gpus=2)
+        @pytest.mark.harness_gpu(min_gpus=2)
         def test_needs_two():
             pass
         """
@@ -115,17 +115,102 @@ def test_gpu_tests_skip_with_the_count_found(pytester: pytest.Pytester, monkeypa
     result.stdout.fnmatch_lines(["*needs 2 GPUs, found 0*"])
 
 
+OWN_MARKERS = """
+import os
+import pytest
+
+COLLECTED_IN = os.getpid()
+
+@pytest.mark.gpu
+def test_own_gpu():
+    pass
+
+@pytest.mark.gpu(min_gpus=2)
+def test_own_gpu_with_an_argument():
+    pass
+
+@pytest.mark.distributed
+def test_own_distributed_runs_where_it_was_collected():
+    assert os.getpid() == COLLECTED_IN
+
+@pytest.mark.isolated
+@pytest.mark.exclusive
+def test_own_isolated_runs_where_it_was_collected():
+    assert os.getpid() == COLLECTED_IN
+
+@pytest.mark.ray
+def test_own_ray():
+    pass
+
+@pytest.mark.perf
+@pytest.mark.clause("not a SPEC clause")
+def test_own_perf_and_clause():
+    pass
+"""
+
+#: A project that registers markers of the names common in ML projects.
+OWN_INI = "[pytest]\naddopts = --strict-markers\nmarkers =\n" + "".join(
+    f"    {name}: the project's own\n"
+    for name in ("gpu", "distributed", "isolated", "exclusive", "ray", "perf", "clause")
+)
+
+
+@pytest.mark.parametrize("selection", [(), ("-m", "gpu"), ("-m", "not gpu and not ray")])
+def test_a_projects_own_markers_of_the_same_names_read_the_same_with_and_without_the_plugin(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, selection: tuple[str, ...]
+) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")  # no nvidia-smi: zero GPUs
+    pytester.makepyfile(test_own=OWN_MARKERS)
+    pytester.makeini(OWN_INI)
+    pytester.makeconftest("import sys\nsys.modules['ray'] = None\n")  # as where Ray is not installed
+
+    def outcomes(*plugin: str) -> list[str]:
+        result = pytester.runpytest_subprocess("-v", "-p", "no:cacheprovider", *plugin, *selection)
+        assert result.ret == 0, result.stdout.str()
+        return sorted(line.split(" ")[0] + " " + line.split(" ")[1] for line in result.outlines if "::test_" in line)
+
+    with_plugin, without = outcomes(), outcomes("-p", "no:harness")
+    assert with_plugin == without
+    assert all(line.endswith("PASSED") for line in with_plugin), with_plugin
+    assert len(with_plugin) == {(): 6, ("-m", "gpu"): 2}.get(selection, 3)
+
+
+def test_the_suites_own_tiers_keep_their_plain_names_for_selection(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.harness_gpu
+        def test_on_gpus():
+            pass
+
+        @pytest.mark.harness_perf
+        def test_timed():
+            pass
+
+        def test_plain():
+            pass
+        """
+    )
+    gpu = pytester.runpytest_subprocess("--collect-only", "-q", "-p", "no:cacheprovider", "-m", "gpu")
+    gpu.stdout.fnmatch_lines(["*test_on_gpus*", "*1/3 tests collected (2 deselected)*"])
+    laptop = pytester.runpytest_subprocess(
+        "--collect-only", "-q", "-p", "no:cacheprovider", "-m", "not gpu and not perf"
+    )
+    laptop.stdout.fnmatch_lines(["*test_plain*", "*1/3 tests collected (2 deselected)*"])
+
+
 def test_declared_clauses_are_skipped_with_the_reason_and_reported_apart(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         """
         import pytest
         from harness.conformance import probes
 
-        @pytest.mark.clause("C12")
+        @pytest.mark.harness_clause("C12")
         def test_gc(executor):
             raise AssertionError("must not run")
 
-        @pytest.mark.clause("C1")
+        @pytest.mark.harness_clause("C1")
         def test_rank(executor, world_size):
             assert executor.collective_rpc(probes.rank) == list(range(world_size))
         """
@@ -149,7 +234,7 @@ def test_declared_clauses_are_skipped_with_the_reason_and_reported_apart(pyteste
 
 
 def test_an_unavailable_optional_backend_is_skipped_with_the_install_hint(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile('import pytest\n@pytest.mark.clause("C1")\ndef test_x(executor):\n    pass\n')
+    pytester.makepyfile('import pytest\n@pytest.mark.harness_clause("C1")\ndef test_x(executor):\n    pass\n')
     pytester.makeconftest(
         """
         import harness.backends as b
@@ -168,7 +253,7 @@ def test_ray_marked_tests_skip_with_the_install_command_where_ray_is_missing(pyt
         """
         import pytest
 
-        @pytest.mark.ray
+        @pytest.mark.harness_ray
         def test_needs_ray():
             pass
 

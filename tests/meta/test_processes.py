@@ -100,11 +100,11 @@ LEAVES_PROCESSES = """
 import subprocess, sys
 import pytest
 
-@pytest.mark.distributed
+@pytest.mark.harness_distributed
 def test_leaves_a_sleeper():
     subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)  # left-behind"])
 
-@pytest.mark.distributed
+@pytest.mark.harness_distributed
 def test_leaves_one_that_exits_soon():
     subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1)"])
 """

@@ -17,15 +17,15 @@ SUITE = """
 import pytest
 from harness.conformance import probes
 
-@pytest.mark.clause("C1")
+@pytest.mark.harness_clause("C1")
 def test_c1(executor, world_size):
     assert executor.collective_rpc(probes.rank) == list(range(world_size))
 
-@pytest.mark.clause("C4")
+@pytest.mark.harness_clause("C4")
 def test_c4(executor):
     assert executor.collective_rpc(probes.rank, non_block=True).result() == [0]
 
-@pytest.mark.clause("C14")
+@pytest.mark.harness_clause("C14")
 def test_c14(executor):
     pass
 """
@@ -102,11 +102,11 @@ SAMPLED_SUITE = """
 import pytest
 from harness.conformance import probes
 
-@pytest.mark.clause("C1")
+@pytest.mark.harness_clause("C1")
 def test_c1_blocking_call_returns_the_ranks(executor, world_size):
     assert executor.collective_rpc(probes.rank) == list(range(world_size))
 
-@pytest.mark.clause("C1")
+@pytest.mark.harness_clause("C1")
 def test_c1_not_in_the_sample(executor, world_size):
     assert executor.collective_rpc(probes.rank) == list(range(world_size))
 """
@@ -163,7 +163,7 @@ def test_pytest_timeouts_timeout_is_honoured_for_isolated_tests(pytester: pytest
         import time
         import pytest
 
-        @pytest.mark.clause("C1")
+        @pytest.mark.harness_clause("C1")
         @pytest.mark.timeout(300)
         def test_slow(executor):
             time.sleep(60)

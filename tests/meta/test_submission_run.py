@@ -15,7 +15,7 @@ import pytest
 
 from harness.report import submission as sub
 
-pytestmark = [pytest.mark.timeout(300), pytest.mark.isolated]
+pytestmark = [pytest.mark.timeout(300), pytest.mark.harness_isolated]
 ROOT = Path(__file__).resolve().parents[2]
 #: C1 (the broken backend puts results in arrival order, which C3's checks meet too).
 SCOPE = ["--world-size", "2", "--start-method", "fork", "--clause", "C1,C3", "-m", "not gpu", "--jobs", "2"]

@@ -46,7 +46,7 @@ _TRIVIAL = textwrap.dedent(
     import pytest
 
     @pytest.mark.parametrize("i", range({n}))
-    @pytest.mark.distributed
+    @pytest.mark.harness_distributed
     def test_nothing(i):
         pass
     """

@@ -24,7 +24,7 @@ from harness.perf.runner import open_side, parse_side, run_rounds
 from harness.perf.stats import SLOWER, compare
 from harness.perf.workloads import EngineStep
 
-pytestmark = [pytest.mark.perf, pytest.mark.isolated, pytest.mark.exclusive]
+pytestmark = [pytest.mark.harness_perf, pytest.mark.harness_isolated, pytest.mark.harness_exclusive]
 
 BASELINE_FOLDER = Path(__file__).parent / "baselines"
 CPU = "mp@start_method=fork"
@@ -65,7 +65,7 @@ def test_an_mp_slowed_by_a_millisecond_a_call_fails_the_baseline_comparison() ->
     assert str(path) in verdict.message, verdict.message
 
 
-@pytest.mark.gpu
+@pytest.mark.harness_gpu
 @pytest.mark.timeout(600)
 def test_mp_on_a_gpu_is_not_slower_than_the_stored_gpu_baseline() -> None:
     stored, path = stored_or_skip(GPU, "cuda")

@@ -27,7 +27,7 @@ from harness.perf.runner import parse_side
 from harness.perf.stats import NO_CHANGE
 from harness.perf.workloads import EngineStep
 
-pytestmark = [pytest.mark.perf, pytest.mark.isolated, pytest.mark.exclusive]
+pytestmark = [pytest.mark.harness_perf, pytest.mark.harness_isolated, pytest.mark.harness_exclusive]
 
 PLAIN = "mp@start_method=fork"
 REGRESSED = "tests.perf.regressed:spinning_reply_thread@start_method=fork"

@@ -28,7 +28,7 @@ def _burn(worker, seconds):
     return worker.rank
 
 
-@pytest.mark.clause("C1")
+@pytest.mark.harness_clause("C1")
 def test_burns_in_its_workers(executor, world_size):
     assert executor.collective_rpc(_burn, args=(0.5,)) == list(range(world_size))
 """

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.pytest_plugin.markers import CLAUSE
 from harness.pytest_plugin.parallel import _first_tests_first
 
 
@@ -18,7 +19,7 @@ class _Item:
         self.name, self.variant, self.clause = name, variant, clause
 
     def get_closest_marker(self, name: str) -> Any:
-        return _Marker(self.clause) if name == "clause" and self.clause else None
+        return _Marker(self.clause) if name == CLAUSE and self.clause else None
 
     def __repr__(self) -> str:
         return self.name

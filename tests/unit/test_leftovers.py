@@ -25,7 +25,7 @@ import pytest
 from harness.conformance import probes
 
 
-@pytest.mark.clause("C1")
+@pytest.mark.harness_clause("C1")
 def test_leaves_things(executor, world_size):
     assert executor.collective_rpc(probes.rank) == list(range(world_size))
     # What an executor's processes might leave: a segment, a named semaphore, a file.
@@ -123,7 +123,7 @@ def _run_in_a_shm_of_its_own(pytester: pytest.Pytester, args: list[str]) -> tupl
 @pytest.mark.timeout(300)
 # The kept run has a /dev/shm of its own; in the test process, the runs beside
 # this one in the same pytest run (a Ray graph's semaphores) keep off it.
-@pytest.mark.exclusive
+@pytest.mark.harness_exclusive
 @pytest.mark.parametrize("keep", [False, True], ids=["removed", "kept"])
 def test_what_a_test_left_is_reported_per_backend_and_removed_unless_kept(
     pytester: pytest.Pytester, keep: bool

@@ -21,7 +21,7 @@ from harness.perf.runner import parse_side
 from harness.perf.stats import NO_CHANGE
 from harness.perf.workloads import EngineStep
 
-pytestmark = [pytest.mark.perf, pytest.mark.isolated, pytest.mark.exclusive]
+pytestmark = [pytest.mark.harness_perf, pytest.mark.harness_isolated, pytest.mark.harness_exclusive]
 
 PLAIN = "vllm-mp"
 BESIDE = "tests.perf.regressed:spinning_beside@env.HARNESS_PERF_INNER=vllm-mp"

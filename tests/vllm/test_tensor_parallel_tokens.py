@@ -95,8 +95,8 @@ def _same_tokens(single: list[list[int]], split: list[list[int]], what: str) -> 
 
 BACKENDS = [
     ("mp", "cpu"),
-    pytest.param("mp", "cuda", marks=pytest.mark.gpu(min_gpus=2)),
-    pytest.param("ray", "cuda", marks=pytest.mark.gpu(min_gpus=2)),
+    pytest.param("mp", "cuda", marks=pytest.mark.harness_gpu(min_gpus=2)),
+    pytest.param("ray", "cuda", marks=pytest.mark.harness_gpu(min_gpus=2)),
 ]
 
 
