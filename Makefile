@@ -101,10 +101,15 @@ test-vllm-rest:
 ## nothing): GNU make under -j starts a target whose such prerequisite just
 ## finished only once another of its jobs ends (in CI, vLLM's run waited for
 ## the chaos runs, minutes).
+## Its report's page is then opened in Chromium, every cell compared with the
+## report (a real run's matrix, the largest make test writes).
 test-vllm-mp: $(VLLM_STAMP)
 	@mkdir -p $(VLLM_REPORTS)
 	$(VLLM_CONFORM) $(VLLM_SCOPE) --backend vllm-mp --world-size 2 \
 	    --report-json $(VLLM_REPORTS)/vllm-mp.json --report-md $(VLLM_REPORTS)/vllm-mp.md
+	@$(MAKE) --no-print-directory install-browser
+	$(BROWSER_REQUIRED) HARNESS_PAGE_REPORTS=$(VLLM_REPORTS)/vllm-mp.json $(BIN)/python -m pytest -p no:cacheprovider \
+	    -m "browser and not gpu" $(PAGE_REPORTS_TEST)
 test-vllm-uni: $(VLLM_STAMP)
 	@mkdir -p $(VLLM_REPORTS)
 	$(VLLM_CONFORM) $(VLLM_SCOPE) --backend vllm-uni --world-size 1 \
@@ -292,9 +297,13 @@ test-apart: test-chaos test-browser
 ## (tests/unit/test_make_targets.py checks that these hold every marked test).
 CHAOS_TESTS := tests/meta/test_chaos.py tests/distributed/test_chaos.py
 BROWSER_TESTS := tests/browser
+# As root (make install-browser installs Chromium) a browser check that cannot run fails.
+BROWSER_REQUIRED = $(if $(filter 0,$(shell id -u)),HARNESS_REQUIRE_BROWSER=1)
+# The check of a real run's page: test-vllm-mp runs it on vLLM's report.
+PAGE_REPORTS_TEST := tests/browser/test_report_page.py::test_the_pages_of_the_reports_named_in_harness_page_reports_show_every_cell
 test-browser: $(STAMP) install-browser
-	$(if $(filter 0,$(shell id -u)),HARNESS_REQUIRE_BROWSER=1) $(BIN)/python -m pytest -p no:cacheprovider \
-	    -m "browser and not gpu" --durations=5 $(BROWSER_TESTS)
+	$(BROWSER_REQUIRED) $(BIN)/python -m pytest -p no:cacheprovider \
+	    -m "browser and not gpu" --durations=5 --deselect $(PAGE_REPORTS_TEST) $(BROWSER_TESTS)
 ## Two jobs at once: the broken backends' runs, and the built-in backends' (a
 ## run lasts its duration, stretched with the load, whatever the CPU does; one
 ## after the other they were CI's longest path, 1271 s).
