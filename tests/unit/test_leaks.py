@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import warnings
 from collections.abc import Iterator
@@ -21,7 +20,11 @@ import pytest
 
 from harness.system import leaks
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+# Each test diffs a temporary folder of its own (tests/unit/conftest.py).
+pytestmark = [
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc"),
+    pytest.mark.usefixtures("own_temporary_folder"),
+]
 
 # Double-forks into a new session, writes its pid, sleeps: out of the caller's tree.
 _DETACH = """
@@ -35,19 +38,6 @@ open(sys.argv[1] + ".tmp", "w").write(str(os.getpid()))
 os.replace(sys.argv[1] + ".tmp", sys.argv[1])
 time.sleep(60)
 """
-
-
-@pytest.fixture(autouse=True)
-def _own_temporary_folder(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test diffs a temporary folder of its own: ``make test`` runs the
-    suite beside these tests, and its tests come and go in the machine's /tmp
-    (a fresh-clone run failed the forkserver test on ``harness-test-*``)."""
-    # multiprocessing keeps its own folder for the life of the process (and
-    # removes it at exit): made first, it stays where it always is.
-    multiprocessing.util.get_temp_dir()
-    folder = tmp_path_factory.mktemp("own-tmp")
-    monkeypatch.setenv("TMPDIR", str(folder))
-    monkeypatch.setattr(tempfile, "tempdir", None)
 
 
 @pytest.fixture

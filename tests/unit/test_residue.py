@@ -4,8 +4,6 @@ sockets, or a kind or a repeat the proof did not have."""
 
 from __future__ import annotations
 
-import multiprocessing
-import multiprocessing.util
 import socket
 import subprocess
 import sys
@@ -20,18 +18,8 @@ from harness.pytest_plugin import residue as _residue
 from harness.pytest_plugin.residue import Residue, shape
 from harness.system import leaks
 
-
-@pytest.fixture(autouse=True)
-def _own_temporary_folder(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test diffs a temporary folder of its own: ``make test`` runs the
-    suite beside these tests, and its tests come and go in the machine's /tmp
-    (a fresh-clone run failed the forkserver test on ``harness-test-*``)."""
-    # multiprocessing keeps its own folder for the life of the process (and
-    # removes it at exit): made first, it stays where it always is.
-    multiprocessing.util.get_temp_dir()
-    folder = tmp_path_factory.mktemp("own-tmp")
-    monkeypatch.setenv("TMPDIR", str(folder))
-    monkeypatch.setattr(tempfile, "tempdir", None)
+# Each test diffs a temporary folder of its own (tests/unit/conftest.py).
+pytestmark = pytest.mark.usefixtures("own_temporary_folder")
 
 
 def test_shape_hides_the_parts_that_vary_between_starts() -> None:
