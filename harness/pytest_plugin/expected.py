@@ -17,11 +17,19 @@ matching test (a leak the executor fixture finds), and it is not strict (see
 ``ExpectedFailures.leak``). ``Cn (sometimes)`` marks a failure that comes and
 goes with timing: it is not strict either (a pass reads as a pass). The file comes from the
 backend factory's ``expected_failures`` attribute, or ``--harness-expected-failures``.
+
+An entry that applies to no test the run collected is named at the end of the
+run (file, line and entry): a stale line, or a pattern with a typo, would
+otherwise say nothing. A terminal line, not a warning: a run of part of the
+suite (a path, --harness-clause, fewer world sizes) legitimately collects no
+test of some entries, and a warning would fail the runs that turn warnings into
+errors.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,6 +67,7 @@ class Expected:
     where: str  # "file:line"
     after: bool = False  # "C9 (after the test)": the leak check after each matching test
     sometimes: bool = False  # "Cn (sometimes)": fails now and then (timing): not strict
+    line: int = 0  # its line in the file
 
 
 @dataclass(frozen=True)
@@ -135,6 +144,7 @@ def load_expected(path: str | Path, where: str) -> ExpectedFailures:
                 f"{p.name}:{number}",
                 after=m["mod"] == "after the test",
                 sometimes=m["mod"] == "sometimes",
+                line=number,
             )
         )
     return ExpectedFailures(str(p), version, tuple(entries))
@@ -145,6 +155,7 @@ def mark_known_failures(items: list[pytest.Item], option: tuple[str, str] | None
     names as a strict xfail; returns the lists used, by backend name."""
     lists: dict[str, ExpectedFailures] = {}
     loaded: dict[str, ExpectedFailures] = {}
+    applied: set[Expected] = set()
     for item in items:
         variant = variant_of(item)
         if not isinstance(variant, Variant):
@@ -163,7 +174,48 @@ def mark_known_failures(items: list[pytest.Item], option: tuple[str, str] | None
         if entry is not None:
             item.add_marker(pytest.mark.xfail(strict=not entry.sometimes, reason=known.reason(entry)))
             item.stash[known_failure_key] = True
+            applied.add(entry)
         leak = known.leak(item.name)
         if leak is not None:
             item.stash[leak_key] = (known, leak)
+            applied.add(leak)
+    if items:
+        _report_unapplied(items[0].config, unapplied(loaded.values(), applied))
     return lists
+
+
+def unapplied(lists: Iterable[ExpectedFailures], applied: set[Expected]) -> list[str]:
+    """A line for each entry of ``lists`` not in ``applied``: its file, line and text."""
+    return [
+        f"{known.path}:{entry.line}: {entry.pattern}  {entry.clause}"
+        + (" (after the test)" if entry.after else " (sometimes)" if entry.sometimes else "")
+        + ": applies to no test collected in this run (where the run collected every test of its backend, "
+        "the entry is stale, or its pattern names no test)"
+        for known in lists
+        for entry in known.entries
+        if entry not in applied
+    ]
+
+
+class _Unapplied:
+    """Names the known failures that applied to no test, after the run's summary."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        terminalreporter.section("known failures that applied to no test", sep="-", yellow=True)
+        for line in self.lines:
+            terminalreporter.write_line(line, yellow=True)
+
+
+_UNAPPLIED_PLUGIN = "harness-known-failures-unapplied"
+
+
+def _report_unapplied(config: pytest.Config, lines: list[str]) -> None:
+    # Once per run: a second collection (pytester's in-process runs) replaces the first's.
+    previous = config.pluginmanager.get_plugin(_UNAPPLIED_PLUGIN)
+    if previous is not None:
+        config.pluginmanager.unregister(previous)
+    if lines:
+        config.pluginmanager.register(_Unapplied(lines), _UNAPPLIED_PLUGIN)
