@@ -5,10 +5,78 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
+
+#: The exit statuses of every subcommand: pytest's, since ``conform`` is pytest
+#: underneath and CI already reads pytest's (checked against pytest.ExitCode in
+#: tests/unit/test_cli_errors.py). Bad input never reads as a negative verdict:
+#: a CI gate on ``bench --compare`` or ``report diff`` must not take a typo for a regression.
+EXIT_OK = 0
+EXIT_NEGATIVE = 1  # a negative verdict: tests failed, not conformant, B slower, a cell got worse, a violation
+EXIT_INTERRUPTED = 2
+EXIT_INTERNAL_ERROR = 3
+EXIT_USAGE = 4  # bad input, refused before anything runs
+EXIT_NOTHING_RUN = 5
+
+PROG = "python -m harness"
+
+
+def exit_statuses(negative: str | None, own: str = "") -> str:
+    """The epilog paragraph every ``--help`` ends with: the one convention, with
+    what a negative verdict (1) is for this subcommand (None: it has none)."""
+    lines = [
+        "exit status (pytest's, for every subcommand):",
+        f"  {EXIT_OK}  success",
+        f"  {EXIT_NEGATIVE}  " + (negative or "(not used by this command)"),
+        f"  {EXIT_INTERRUPTED}  interrupted (Ctrl-C, SIGTERM)",
+        f"  {EXIT_INTERNAL_ERROR}  internal error (a traceback: please report it)",
+        f"  {EXIT_USAGE}  usage error: bad input, refused before anything runs",
+        f"  {EXIT_NOTHING_RUN}  nothing was run",
+    ]
+    return "\n".join(([own, ""] if own else []) + lines)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with the usage error's exit status of this convention (argparse's own is 2,
+    which here means interrupted), and epilogs kept as written (they are tables)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+        #: Makes the epilog when help is asked for: conform's imports the plugin,
+        #: which no other use of the command line should wait for.
+        self.epilog_factory: Any = None
+
+    def format_help(self) -> str:
+        if self.epilog_factory is not None:
+            self.epilog = self.epilog_factory()
+        return super().format_help()
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _usage_error(command: str, message: str) -> int:
+    """A usage error found after parsing, in the parser's own words: one line naming the value."""
+    print(f"{PROG} {command}: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _check_writable(parser: argparse.ArgumentParser, option: str, path: str | None) -> None:
+    """A usage error for an output path whose folder does not exist or cannot be
+    written: checked before a run of minutes, not found at its end."""
+    if not path:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        parser.error(f"argument {option}: cannot write {path!r}: the folder {folder!r} does not exist")
+    if not os.access(folder, os.W_OK):
+        parser.error(f"argument {option}: cannot write {path!r}: the folder {folder!r} is not writable")
 
 
 def _version() -> str:
@@ -29,7 +97,7 @@ def _conform(args: argparse.Namespace, pytest_args: list[str]) -> int:
     if args.submission:
         submission = _start_submission(args)
         if submission is None:
-            return 2
+            return EXIT_USAGE
         pytest_args = [*pytest_args, f"--junitxml={submission / 'junit.xml'}"]
 
     here = os.path.dirname(os.path.abspath(suite.__file__))
@@ -39,10 +107,61 @@ def _conform(args: argparse.Namespace, pytest_args: list[str]) -> int:
     # addopts or filterwarnings are for its own tests, not the suite), and the
     # suite's folder is the root and the one path given, so no conftest outside
     # it is loaded.
-    argv = [
-        sys.executable,
-        "-m",
-        "pytest",
+    argv = [sys.executable, "-m", "pytest", *_pytest_fixed_args(here), "--harness-backend", args.backend]
+    if args.sample:
+        from harness.conformance.sample import sample_expression
+
+        args.k = sample_expression(args.k)
+    for attr, flag in _PASSED_ON.items():
+        value = getattr(args, attr)
+        if value:
+            argv += [flag, str(value)]
+    if args.require_nodes:
+        argv.append("--harness-require-nodes")
+    if not args.full and not args.sample and not args.submission:
+        argv.append("--harness-sample-others")
+    # A world size left out is the plugin's to find: HARNESS_WORLD_SIZE, else its
+    # default, 1,2,4 (no ini is read: -c names an empty one). Passed on here, a bad
+    # HARNESS_WORLD_SIZE was named as coming from the command line.
+    extra = [a for a in pytest_args if a != "--"]
+    if not any(a in ("-q", "--quiet", "-v", "--verbose") or a.startswith(("-q", "-v")) for a in extra):
+        # Each test named as it starts: a long run shows where it is (and the
+        # plugin names a test still running every 30 s).
+        argv.append("-v")
+    log = str(submission / "e2e.log") if submission is not None else None
+    status = _in_a_temporary_folder_of_its_own(argv + extra, keep="--harness-keep-leftovers" in extra, log=log)
+    if submission is not None:
+        _finish_submission(args, submission, status)
+    return status
+
+
+#: conform's options that go to pytest as the plugin's, by the argparse dest.
+_PASSED_ON = {
+    "world_size": "--harness-world-size",
+    "start_method": "--harness-start-method",
+    "clause": "--harness-clause",
+    "declare": "--harness-declare",
+    "report_json": "--harness-report-json",
+    "report_md": "--harness-report-md",
+    "report_html": "--harness-report-html",
+    "test_logs": "--harness-test-logs",
+    "timeout": "--harness-timeout",
+    "jobs": "--harness-jobs",
+    "require_gpus": "--harness-require-gpus",
+    "nodes": "--harness-nodes",
+    "seed": "--harness-seed",
+    "k": "-k",
+}
+
+
+def _pytest_fixed_args(here: str) -> list[str]:
+    """What every conform run gives pytest, before its own options (``here``: the suite's folder).
+
+    No configuration but ours: -c names an empty one (the current folder's
+    addopts or filterwarnings are for its own tests, not the suite), and the
+    suite's folder is the root and the one path given, so no conftest outside
+    it is loaded."""
+    return [
         here,
         "-c",
         os.devnull,
@@ -56,51 +175,47 @@ def _conform(args: argparse.Namespace, pytest_args: list[str]) -> int:
         # the end of every run (about 1 s of CPU); the suite uses none of it.
         "-p",
         "no:hypothesispytest",
-        "--harness-backend",
-        args.backend,
     ]
-    passed_on = {
-        "world_size": "--harness-world-size",
-        "start_method": "--harness-start-method",
-        "clause": "--harness-clause",
-        "declare": "--harness-declare",
-        "report_json": "--harness-report-json",
-        "report_md": "--harness-report-md",
-        "report_html": "--harness-report-html",
-        "test_logs": "--harness-test-logs",
-        "timeout": "--harness-timeout",
-        "jobs": "--harness-jobs",
-        "require_gpus": "--harness-require-gpus",
-        "nodes": "--harness-nodes",
-        "seed": "--harness-seed",
-        "k": "-k",
-    }
-    if args.sample:
-        from harness.conformance.sample import sample_expression
 
-        args.k = sample_expression(args.k)
-    for attr, flag in passed_on.items():
-        value = getattr(args, attr)
-        if value:
-            argv += [flag, str(value)]
-    if args.require_nodes:
-        argv.append("--harness-require-nodes")
-    if not args.full and not args.sample and not args.submission:
-        argv.append("--harness-sample-others")
-    if not args.world_size:
-        # Its documented default, whatever ini the current folder has (a project
-        # may narrow a backend's world sizes for its own CI).
-        argv += ["--harness-world-size", os.environ.get("HARNESS_WORLD_SIZE") or "1,2,4"]
-    extra = [a for a in pytest_args if a != "--"]
-    if not any(a in ("-q", "--quiet", "-v", "--verbose") or a.startswith(("-q", "-v")) for a in extra):
-        # Each test named as it starts: a long run shows where it is (and the
-        # plugin names a test still running every 30 s).
-        argv.append("-v")
-    log = str(submission / "e2e.log") if submission is not None else None
-    status = _in_a_temporary_folder_of_its_own(argv + extra, keep="--harness-keep-leftovers" in extra, log=log)
-    if submission is not None:
-        _finish_submission(args, submission, status)
-    return status
+
+def _conform_epilog() -> str:
+    """conform's --help epilog, made from the lists the code uses (not copies of them)."""
+    import textwrap
+
+    from harness.backends import BUILTIN_BACKENDS, ENTRY_POINT_GROUP
+    from harness.pytest_plugin.options import environment, option_names
+
+    def wrapped(text: str, indent: str = "  ") -> list[str]:
+        return textwrap.wrap(text, 100, initial_indent=indent, subsequent_indent=indent + "  ")
+
+    lines = ["built-in backends (--backend; also 'module:attr', or an entry point of " + ENTRY_POINT_GROUP + "):"]
+    for name, (factory, hint) in BUILTIN_BACKENDS.items():
+        # An install hint's first part: the rest is for a CPU machine (README.md).
+        lines += wrapped(f"{name:<10} {factory}" + (f" (needs {hint.split(' (')[0]})" if hint else ""))
+    lines += ["", "environment variables read (an option given on the command line wins):"]
+    for env, what in environment().items():
+        lines += wrapped(f"{env}: {what}")
+    lines += [
+        "",
+        "how the run is made: a fresh pytest in a temporary folder of its own (TMPDIR), as",
+        "  python -m pytest " + " ".join(_pytest_fixed_args("<suite>")).replace(os.devnull, "/dev/null"),
+        "  with --harness-backend BACKEND, then:",
+    ]
+    passed = {f"--{attr.replace('_', '-')}" if len(attr) > 1 else f"-{attr}": flag for attr, flag in _PASSED_ON.items()}
+    passed["--require-nodes"] = "--harness-require-nodes"
+    lines += [f"  {option:<16} -> {flag}" for option, flag in passed.items()]
+    lines += [
+        "  -k with --sample: the sample's expression and -k's; neither --full, --sample nor --submission:",
+        "  --harness-sample-others; -v unless -q or -v is given; --submission: --junitxml=DIR/junit.xml",
+        "",
+    ]
+    given = {*passed.values(), "--harness-backend", "--harness-sample-others"}
+    lines += wrapped(
+        "Any other argument goes to pytest as it is (-x, --junitxml=F, -q, ...), the plugin's other options "
+        "too: " + ", ".join(o for o in option_names() if o not in given) + ".",
+        "",
+    )
+    return exit_statuses("a test failed (a FAIL in the matrix)", "\n".join(lines))
 
 
 def _start_submission(args: argparse.Namespace) -> Any:
@@ -286,12 +401,7 @@ def _check_bench_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
                         f"argument --world-size: backend {name!r} runs world sizes "
                         f"{', '.join(map(str, loaded.world_sizes))}, got {ws}"
                     )
-    if args.json:
-        import os
-
-        folder = os.path.dirname(os.path.abspath(args.json))
-        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-            parser.error(f"argument --json: cannot write {args.json!r}: {folder!r} is not a writable folder")
+    _check_writable(parser, "--json", args.json)
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -330,7 +440,7 @@ def _cluster(args: argparse.Namespace, command: list[str]) -> int:
     why = unavailable_reason()
     if why:
         print(f"python -m harness cluster: simulated nodes cannot be made here: {why}", file=sys.stderr)
-        return 2
+        return EXIT_NOTHING_RUN
     from harness.executors.ray.simulated_cluster import SimulatedCluster
 
     command = command or [os.environ.get("SHELL", "sh")]
@@ -355,54 +465,65 @@ def _cluster(args: argparse.Namespace, command: list[str]) -> int:
             except KeyboardInterrupt:
                 proc.kill()
                 proc.wait()
-                return 130
+                return EXIT_INTERRUPTED
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
 
 
 def _chaos(args: argparse.Namespace) -> int:
-    """A seeded chaos run (harness.chaos): 0 when it found nothing, 1 on a violation."""
+    """A seeded chaos run (harness.chaos): 0 when it found nothing, 1 on a violation,
+    4 on bad input (checked before the run starts: a failure of the run itself is no usage error)."""
     import signal
 
     from harness.chaos import render, run_chaos
-    from harness.chaos.run import write_json
+    from harness.chaos.run import check_arguments, write_json
 
+    given: dict[str, Any] = {
+        "start_method": args.start_method,
+        "soak_share": args.soak_share,
+        "shrink_s": args.shrink_time,
+        "operations": args.operations,
+        "declare": {c.strip(): "declared with --declare" for c in args.declare.split(",") if c.strip()}
+        if args.declare
+        else None,
+    }
+    try:
+        check_arguments(args.backend, args.world_size, args.duration, **given)
+    except (ValueError, TypeError, ImportError) as exc:
+        return _usage_error("chaos", str(exc))
     # A SIGTERM stops the run as a Ctrl-C does: the executor it holds is shut down.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    try:
-        report = run_chaos(
-            args.backend,
-            args.world_size,
-            args.duration,
-            args.seed,
-            start_method=args.start_method,
-            soak_share=args.soak_share,
-            shrink_s=args.shrink_time,
-            operations=args.operations,
-            declare={c.strip(): "declared with --declare" for c in args.declare.split(",") if c.strip()}
-            if args.declare
-            else None,
-        )
-    except (ValueError, TypeError, ImportError) as exc:
-        print(f"python -m harness chaos: {exc}", file=sys.stderr)
-        return 2
+    report = run_chaos(args.backend, args.world_size, args.duration, args.seed, **given)
     print(render(report), flush=True)
     if args.json:
         write_json(report, args.json)
-    return 1 if report.findings else 0
+    return EXIT_NEGATIVE if report.findings else EXIT_OK
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from harness.report.submission import verify
+    from harness.report.submission import MANIFEST, SUMS, verify
 
-    verdict = verify(args.submission)
+    # A path that holds no submission at all is a wrong argument, not a submission
+    # that failed (1 would read "not conformant" to the CI that asked).
+    folder = args.submission
+    if not os.path.exists(folder):
+        return _usage_error("verify", f"argument submission: {folder!r} does not exist")
+    if not os.path.isdir(folder):
+        return _usage_error("verify", f"argument submission: {folder!r} is not a folder")
+    if not any(os.path.exists(os.path.join(folder, name)) for name in (MANIFEST, SUMS)):
+        return _usage_error(
+            "verify",
+            f"argument submission: {folder!r} holds neither {MANIFEST} nor {SUMS}: "
+            "not a folder conform --submission wrote",
+        )
+    verdict = verify(folder)
     print(verdict.render())
     return verdict.exit_code
 
 
 def _report(args: argparse.Namespace) -> int:
     """report diff: exit 1 where a cell got worse; report html: the page of a JSON report.
-    Exit 2 on a report that cannot be read."""
+    Exit 4 (usage) on a report that cannot be read."""
     from harness.report.reading import ReportError, read_report
 
     try:
@@ -418,8 +539,7 @@ def _report(args: argparse.Namespace) -> int:
 
         old, new = read_report(args.old), read_report(args.new)
     except ReportError as exc:
-        print(f"python -m harness report {args.report_command}: {exc}", file=sys.stderr)
-        return 2
+        return _usage_error(f"report {args.report_command}", str(exc))
     changes = report_diff.diff(old, new)
     paired = report_diff.paired_backends(old, new)
     if paired is not None:
@@ -433,21 +553,60 @@ def _report(args: argparse.Namespace) -> int:
 
         with open(args.html, "w", encoding="utf-8") as f:
             f.write(render_diff_page(changes, args.old, args.new))
-    return 1 if any(c.worse for c in changes) else 0
+    return EXIT_NEGATIVE if any(c.worse for c in changes) else EXIT_OK
 
 
-def _non_negative_float(text: str) -> float:
+def _number(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+        value = math.nan
+    return value
+
+
+def _seconds_above_zero(text: str) -> float:
+    """An argparse type: a finite number of seconds > 0 (0 s of a run is no run)."""
+    value = _number(text)
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
+    return value
+
+
+def _seconds_from_zero(text: str) -> float:
+    """An argparse type: a finite number of seconds >= 0."""
+    value = _number(text)
+    if not 0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}")
+    return value
+
+
+def _share(text: str) -> float:
+    """An argparse type: a share of a whole, >= 0 and < 1 (the rest goes to something else)."""
+    value = _number(text)
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0 and < 1, got {text!r}")
     return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__)
+    """The command line; its exit status is the convention of :func:`exit_statuses`
+    whatever happens: an unexpected exception is an internal error (3, with its
+    traceback), never 1, which reads as a negative verdict."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception:  # noqa: BLE001 - whatever a run raises: its traceback, and the status that says so
+        import traceback
+
+        traceback.print_exc()
+        print(f"{PROG}: internal error (exit status {EXIT_INTERNAL_ERROR}; the traceback above)", file=sys.stderr)
+        return EXIT_INTERNAL_ERROR
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    parser = _Parser(prog=PROG, description=__doc__, epilog=exit_statuses("a negative verdict (see each command)"))
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", required=True)
     conform = sub.add_parser("conform", help="run the conformance suite against a backend and print the matrix")
@@ -502,7 +661,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "one test of every clause, its first every test (a submission always runs every test)",
     )
     conform.set_defaults(func=_conform)
-    conform.epilog = "Any other argument goes to pytest as it is (-x, --junitxml=F, -q, ...)."
+    conform.epilog_factory = _conform_epilog
     bench = sub.add_parser(
         "bench",
         help="latency: an empty collective_rpc against yardsticks; workloads against a stored baseline, or A/B",
@@ -521,6 +680,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     perf_cli.add_arguments(bench)
     bench.set_defaults(func=_bench)
+    bench.epilog = exit_statuses(
+        "a gate metric significantly slower: B than A (--compare), or this run than the stored baseline"
+    )
     chaos = sub.add_parser(
         "chaos",
         help="a seeded random schedule of calls and faults judged against SPEC.md, then a soak; "
@@ -529,7 +691,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     chaos.add_argument("--backend", required=True, help="a built-in name, 'module:attr', or an entry point")
     chaos.add_argument("--world-size", type=_positive_int, default=2, help="ranks of each executor (default 2)")
     chaos.add_argument(
-        "--duration", type=_non_negative_float, default=60.0, help="seconds of the run, soak included (default 60)"
+        "--duration", type=_seconds_above_zero, default=60.0, help="seconds of the run, soak included (default 60)"
     )
     chaos.add_argument("--seed", type=int, default=0, help="the schedule's seed: the same seed draws the same schedule")
     chaos.add_argument(
@@ -543,13 +705,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     chaos.add_argument("--start-method", help="for backends that start processes (default: the backend's first)")
     chaos.add_argument(
         "--soak-share",
-        type=_non_negative_float,
+        type=_share,
         default=0.3,
         help="the share of the duration given to the soak (default 0.3; 0: no soak)",
     )
     chaos.add_argument(
         "--shrink-time",
-        type=_non_negative_float,
+        type=_seconds_from_zero,
         default=None,
         help="seconds shrinking a violation may take (default: half the duration, at least 60)",
     )
@@ -560,6 +722,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     chaos.add_argument("--json", help="write the report as JSON to this path")
     chaos.set_defaults(func=_chaos)
+    chaos.epilog = exit_statuses("a violation of SPEC.md was found")
     from harness.contract import SHIPPED_DOCS
 
     verify = sub.add_parser(
@@ -568,6 +731,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     verify.add_argument("submission", help="the folder conform --submission wrote")
     verify.set_defaults(func=_verify)
+    verify.epilog = exit_statuses("not conformant, or partial")
     report = sub.add_parser("report", help="read JSON reports: the cells that changed between two, or one as HTML")
     report_sub = report.add_subparsers(dest="report_command", required=True)
     diff = report_sub.add_parser(
@@ -582,9 +746,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     page.add_argument("-o", "--output", help="the page's path (default: the report's, ending in .html)")
     page.add_argument("--title", help="the page's title")
     report.set_defaults(func=_report)
+    report.epilog = exit_statuses("report diff: a cell got worse")
+    diff.epilog = exit_statuses("a cell got worse")
+    page.epilog = exit_statuses(None)
     docs = sub.add_parser("docs", help="where the contract (SPEC.md) and the implementers' guide are; or print one")
     docs.add_argument("name", nargs="?", choices=SHIPPED_DOCS, help="print this document")
     docs.set_defaults(func=_docs)
+    docs.epilog = exit_statuses(None)
     cluster = sub.add_parser(
         "cluster",
         help="run a command (default: a shell) as a driver of a multi-node Ray cluster simulated on this machine",
@@ -593,7 +761,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     cluster.add_argument(
         "--cpus-per-node", type=_positive_int, default=2, help="logical CPUs Ray gives each node (default 2)"
     )
-    cluster.epilog = "After --, the command and its arguments; it gets RAY_ADDRESS and the cluster's token."
+    cluster.epilog = exit_statuses(
+        "(the command's own status, whatever it is: it is passed on)",
+        "After --, the command and its arguments; it gets RAY_ADDRESS and the cluster's token. The exit "
+        f"status is the command's; {EXIT_INTERRUPTED} when interrupted, {EXIT_NOTHING_RUN} where simulated "
+        "nodes cannot be made here.",
+    )
     argv = list(sys.argv[1:] if argv is None else argv)
     after = argv.index("--") if "--" in argv else len(argv)
     argv, command = argv[:after], argv[after + 1 :]
@@ -609,6 +782,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _conform(args, rest)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    if args.command == "chaos":
+        _check_writable(chaos, "--json", args.json)
+    if args.command == "report" and args.report_command == "diff":
+        _check_writable(diff, "--md", args.md)
+        _check_writable(diff, "--html", args.html)
+    if args.command == "report" and args.report_command == "html":
+        _check_writable(page, "--output", args.output)
     if args.command == "bench":
         workloads = perf_cli.wants_workloads(args)
         args.world_size_explicit = args.world_size is not None

@@ -27,6 +27,7 @@ import collections
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import random
 import time
@@ -361,6 +362,43 @@ def _preload(loaded: LoadedBackend) -> None:
             continue
 
 
+def check_arguments(
+    backend: str,
+    world_size: int,
+    duration_s: float,
+    start_method: str | None = None,
+    soak_share: float = 0.3,
+    shrink_s: float | None = None,
+    where: str = "the command line",
+    declare: dict[str, str] | None = None,
+    operations: int | None = None,
+) -> tuple[LoadedBackend, str]:
+    """The backend loaded and the start method a run of these arguments uses;
+    ValueError (or the loader's ImportError or TypeError) naming the value and
+    ``where`` it came from. Apart from the run, so that a command line tells bad
+    input (a usage error) from a run that failed."""
+    loaded = load_backend(backend, extra_unsupported=declare, where=where)
+    if not loaded.supports_world_size(world_size):
+        raise ValueError(
+            f"--world-size {world_size} from {where}: backend {backend!r} supports world sizes {loaded.world_sizes}"
+        )
+    # The bounds (and words) of the command line's own argument types (harness/__main__.py).
+    if not 0.0 <= soak_share < 1.0:
+        raise ValueError(f"--soak-share {soak_share:g} from {where}: expected a number >= 0 and < 1")
+    if not 0.0 < duration_s < math.inf:
+        raise ValueError(f"--duration {duration_s:g} from {where}: expected a number of seconds > 0")
+    if shrink_s is not None and not 0.0 <= shrink_s < math.inf:
+        raise ValueError(f"--shrink-time {shrink_s:g} from {where}: expected a number of seconds >= 0")
+    if operations is not None and operations < 1:
+        raise ValueError(f"--operations {operations} from {where}: expected an integer >= 1")
+    method = start_method or (loaded.start_methods[0] if loaded.start_methods else "spawn")
+    if loaded.start_methods is not None and method not in loaded.start_methods:
+        raise ValueError(
+            f"--start-method {method!r} from {where}: backend {backend!r} supports {', '.join(loaded.start_methods)}"
+        )
+    return loaded, method
+
+
 def run_chaos(
     backend: str,
     world_size: int,
@@ -384,22 +422,9 @@ def run_chaos(
 
     from harness.chaos import machine, soak
 
-    loaded = load_backend(backend, extra_unsupported=declare, where=where)
-    if not loaded.supports_world_size(world_size):
-        raise ValueError(
-            f"--world-size {world_size} from {where}: backend {backend!r} supports world sizes {loaded.world_sizes}"
-        )
-    if not 0.0 <= soak_share < 1.0:
-        raise ValueError(f"--soak-share {soak_share} from {where}: must be at least 0 and less than 1")
-    if duration_s <= 0:
-        raise ValueError(f"--duration {duration_s} from {where}: must be more than 0 seconds")
-    if operations is not None and operations < 1:
-        raise ValueError(f"--operations {operations} from {where}: must be at least 1")
-    method = start_method or (loaded.start_methods[0] if loaded.start_methods else "spawn")
-    if loaded.start_methods is not None and method not in loaded.start_methods:
-        raise ValueError(
-            f"--start-method {method!r} from {where}: backend {backend!r} supports {', '.join(loaded.start_methods)}"
-        )
+    loaded, method = check_arguments(
+        backend, world_size, duration_s, start_method, soak_share, shrink_s, where, declare, operations
+    )
     config = ExecutorConfig(world_size=world_size, start_method=method)
     run = Run(
         loaded,

@@ -11,8 +11,10 @@
         how the round trip grows with the payload (next to a plain copy) and
         with the world size; notes where cost grows faster than the work
 
-Exit status: 0 when nothing is significantly slower (or a baseline was
-written), 1 when the gate metric of a comparison is, 2 on bad input.
+Exit status (the command line's one convention, pytest's: harness/__main__.py):
+0 when nothing is significantly slower (or a baseline was written), 1 when the
+gate metric of a comparison is, 2 interrupted, 3 an internal error, 4 bad input
+(refused before the first round: never read as "B is slower").
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import shlex
 from collections.abc import Callable
 from pathlib import Path
@@ -31,20 +34,35 @@ from harness.perf.workloads import WORKLOADS, Samples, Workload, workload
 __all__ = ["add_arguments", "run"]
 
 
+def _int_at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= ``low``, in the words of the other commands' counts."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text!r}")
+        return value
+
+    return parse
+
+
 def add_arguments(bench: argparse.ArgumentParser) -> None:
     g = bench.add_argument_group("workloads (tests/perf; with any of these options)")
     g.add_argument("--workload", help=f"comma-separated, of: {', '.join(WORKLOADS)}")
     g.add_argument("--compare", nargs=2, metavar=("A", "B"), help="A/B run: two backends, or one with two settings")
     g.add_argument("--gate", help="the metric an A/B run judges (default: the workload's first)")
     # 40 rounds of 25: the sizes behind the power figures (tests/perf/power.py).
-    g.add_argument("--rounds", type=int, default=40, help="alternating batches per side (default 40)")
+    g.add_argument("--rounds", type=_int_at_least(1), default=40, help="alternating batches per side (default 40)")
     g.add_argument(
         "--reps",
-        type=int,
+        type=_int_at_least(1),
         default=None,
         help="steps per batch (default: the workload's: engine-step 25, pipelined 100 windows, round-trip 500)",
     )
-    g.add_argument("--warmup", type=int, default=10, help="steps before the first batch (default 10)")
+    g.add_argument("--warmup", type=_int_at_least(0), default=10, help="steps before the first batch (default 10)")
     g.add_argument("--baseline-dir", default=None, help="where baselines are (default tests/perf/baselines)")
     g.add_argument("--update-baseline", action="store_true", help="store this run as the machine's baseline")
     g.add_argument("--plot", help="draw the run against its baseline or the A side to this PNG")
@@ -89,6 +107,12 @@ def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         _curves(args)
     except ValueError as exc:
         parser.error(str(exc))
+    # Before the gate's check: a gate beside --curves judges nothing, whatever its name.
+    if args.curves and (args.compare or args.update_baseline or args.workload or args.gate is not None):
+        parser.error(
+            "--curves measures each backend on its own: it does not go with --compare, --workload, --gate "
+            "or --update-baseline"
+        )
     try:
         for text in args.compare or []:
             load_backend(parse_side(text, "--compare").spec, where="--compare")
@@ -100,15 +124,6 @@ def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
                 f"argument --gate: {args.gate!r} is not a metric of workload {w.name!r}: "
                 f"it measures {', '.join(repr(m) for m in w.metrics)}"
             )
-    for name in ("rounds", "reps"):
-        if getattr(args, name) is not None and getattr(args, name) < 1:
-            parser.error(f"argument --{name}: expected at least 1, got {getattr(args, name)}")
-    if args.warmup < 0:
-        parser.error(f"argument --warmup: expected at least 0, got {args.warmup}")
-    if args.curves and (args.compare or args.update_baseline or args.workload):
-        parser.error(
-            "--curves measures each backend on its own: it does not go with --compare, --workload or --update-baseline"
-        )
     if args.compare and args.update_baseline:
         parser.error("--update-baseline records one backend's run; it does not go with --compare")
     # Checked before the first round: an A/B run measures for minutes, then compares.
@@ -117,8 +132,12 @@ def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     for module, option in needs:
         if importlib.util.find_spec(module) is None:
             parser.error(f"argument {option}: {missing(module, option).args[0]}")
-    if args.plot and not Path(args.plot).resolve().parent.is_dir():
-        parser.error(f"argument --plot: cannot write {args.plot!r}: its folder does not exist")
+    if args.plot:
+        folder = Path(args.plot).resolve().parent
+        if not folder.is_dir():
+            parser.error(f"argument --plot: cannot write {args.plot!r}: the folder {str(folder)!r} does not exist")
+        if not os.access(folder, os.W_OK):
+            parser.error(f"argument --plot: cannot write {args.plot!r}: the folder {str(folder)!r} is not writable")
 
 
 def run(args: argparse.Namespace, out: Callable[[str], None] = print) -> int:

@@ -24,6 +24,8 @@ __all__ = [
     "Variant",
     "add_options",
     "clauses_of",
+    "environment",
+    "option_names",
     "parametrize",
     "parse_options",
     "variant_of",
@@ -288,8 +290,51 @@ def _all_options(parser: pytest.Parser) -> list[Any]:
     return [opt for group in groups for opt in group.options]
 
 
-def _setting(config: pytest.Config, option: str, env: str, ini: str, default: str) -> tuple[str, str]:
+#: The environment variable of each setting that has one, by the option's dest:
+#: what parse_options reads, and what ``python -m harness conform --help`` lists.
+_ENV = {
+    "harness_backend": "HARNESS_BACKEND",
+    "harness_world_size": "HARNESS_WORLD_SIZE",
+    "harness_start_method": "HARNESS_START_METHOD",
+    "harness_timeout": "HARNESS_TIMEOUT",
+    "harness_clause": "HARNESS_CLAUSE",
+    "harness_require_gpus": "HARNESS_REQUIRE_GPUS",
+    "harness_seed": "HARNESS_SEED",
+    "harness_jobs": "HARNESS_JOBS",
+    "harness_sample": "HARNESS_SAMPLE",
+    "harness_nodes": "HARNESS_NODES",
+    "harness_expected_failures": "HARNESS_EXPECTED_FAILURES",
+    "harness_require_nodes": "HARNESS_REQUIRE_NODES",
+    "harness_sample_others": "HARNESS_SAMPLE_OTHERS",
+}
+_FLAGS = {"harness_require_nodes": "--harness-require-nodes", "harness_sample_others": "--harness-sample-others"}
+
+
+def option_names() -> list[str]:
+    """Every option of the plugin, by its long name (``--harness-...``)."""
+    return [option for option, _, _, _ in _OPTIONS] + [*_FLAGS.values(), "--harness-keep-leftovers"]
+
+
+def environment() -> dict[str, str]:
+    """Every environment variable a run reads, with what it does (``conform --help`` lists them)."""
+    from harness.conformance._spec_bounds import EXACT_ENV
+    from harness.system.cpu import CPU_LOG_ENV
+
+    options = {dest: option for option, _, dest, _ in _OPTIONS} | _FLAGS
+    found = {env: f"as {options[dest]}" + (" (1 or 0)" if dest in _FLAGS else "") for dest, env in _ENV.items()}
+    found["PYTEST_TIMEOUT"] = "pytest-timeout's: the timeout of each test where --harness-timeout is not given"
+    found[EXACT_ENV] = "1: SPEC.md's time bounds are exact, not stretched on a loaded machine"
+    found[CPU_LOG_ENV] = "a file each isolated test's CPU and wall time by phase is appended to (JSON lines)"
+    # harness/executors/ray/__init__.py's SESSION_CLUSTER_ENV: imported, that module looks for Ray.
+    found["HARNESS_RAY_SESSION_CLUSTER"] = "0: each Ray executor starts its own cluster, not one for the run"
+    # harness/pytest_plugin/isolation.py reads it as it is imported, and imports this module.
+    found["HARNESS_PROGRESS_S"] = "seconds after which, and as often again, a still-running test is named (30)"
+    return found
+
+
+def _setting(config: pytest.Config, option: str, ini: str, default: str) -> tuple[str, str]:
     """Command line > environment > ini > default, with where the value came from."""
+    env = _ENV[option]
     value = config.getoption(option)
     if value is not None:
         return str(value), "the command line"
@@ -305,16 +350,10 @@ def _split(value: str) -> list[str]:
 
 
 def parse_options(config: pytest.Config) -> Options:
-    backends, backends_where = _setting(config, "harness_backend", "HARNESS_BACKEND", "harness_backends", "")
-    ws_text, ws_where = _setting(
-        config, "harness_world_size", "HARNESS_WORLD_SIZE", "harness_world_sizes", _DEFAULT_WORLD_SIZES
-    )
-    sm_text, sm_where = _setting(
-        config, "harness_start_method", "HARNESS_START_METHOD", "harness_start_methods", ",".join(START_METHODS)
-    )
-    to_text, to_where = _setting(
-        config, "harness_timeout", "HARNESS_TIMEOUT", "harness_timeout", str(_DEFAULT_TIMEOUT_S)
-    )
+    backends, backends_where = _setting(config, "harness_backend", "harness_backends", "")
+    ws_text, ws_where = _setting(config, "harness_world_size", "harness_world_sizes", _DEFAULT_WORLD_SIZES)
+    sm_text, sm_where = _setting(config, "harness_start_method", "harness_start_methods", ",".join(START_METHODS))
+    to_text, to_where = _setting(config, "harness_timeout", "harness_timeout", str(_DEFAULT_TIMEOUT_S))
     if to_where == "the default":
         to_text, to_where = _pytest_timeout(config) or (to_text, to_where)
     world_sizes = _world_sizes(ws_text, ws_where)
@@ -345,17 +384,17 @@ def parse_options(config: pytest.Config) -> Options:
         _clause_ids(config.getoption("harness_declare") or "", "--harness-declare"),
         "declared unsupported with --declare",
     )
-    cl_text, cl_where = _setting(config, "harness_clause", "HARNESS_CLAUSE", "", "")
+    cl_text, cl_where = _setting(config, "harness_clause", "", "")
     clauses = _clause_ids(cl_text, cl_where)
-    gpus_text, gpus_where = _setting(config, "harness_require_gpus", "HARNESS_REQUIRE_GPUS", "", "0")
+    gpus_text, gpus_where = _setting(config, "harness_require_gpus", "", "0")
     if not gpus_text.strip().isdigit():
         raise pytest.UsageError(f"Invalid GPU count {gpus_text!r} from {gpus_where}: expected an integer >= 0")
-    seed_text, seed_where = _setting(config, "harness_seed", "HARNESS_SEED", "", "0")
+    seed_text, seed_where = _setting(config, "harness_seed", "", "0")
     if not seed_text.strip().isdigit():
         raise pytest.UsageError(f"Invalid seed {seed_text!r} from {seed_where}: expected an integer >= 0")
-    jobs_text, jobs_where = _setting(config, "harness_jobs", "HARNESS_JOBS", "harness_jobs", "auto")
+    jobs_text, jobs_where = _setting(config, "harness_jobs", "harness_jobs", "auto")
     jobs = _jobs(jobs_text, jobs_where)
-    sample_text, sample_where = _setting(config, "harness_sample", "HARNESS_SAMPLE", "harness_sample", "")
+    sample_text, sample_where = _setting(config, "harness_sample", "harness_sample", "")
     sample = _split(sample_text)
     for selector in sample:
         backend, slash, method = selector.partition("/")
@@ -371,10 +410,11 @@ def parse_options(config: pytest.Config) -> Options:
                 f"Invalid sample selector {selector!r} from {sample_where}: {backend!r} is not a backend "
                 f"of this run ({backends or 'none'}, from {backends_where})"
             )
-    nodes_text, nodes_where = _setting(config, "harness_nodes", "HARNESS_NODES", "harness_nodes", "1")
+    nodes_text, nodes_where = _setting(config, "harness_nodes", "harness_nodes", "1")
     nodes = _node_counts(nodes_text, nodes_where)
-    require_nodes = bool(config.getoption("harness_require_nodes")) or _flag_env("HARNESS_REQUIRE_NODES")
-    sample_others = bool(config.getoption("harness_sample_others")) or _flag_env("HARNESS_SAMPLE_OTHERS")
+    _check_node_counts(_split(backends), nodes, nodes_where, world_sizes, ws_where, per_backend)
+    require_nodes = bool(config.getoption("harness_require_nodes")) or _flag_env(_ENV["harness_require_nodes"])
+    sample_others = bool(config.getoption("harness_sample_others")) or _flag_env(_ENV["harness_sample_others"])
     isolate_text = (config.getoption("harness_isolate") or "yes").lower()
     if isolate_text not in ("yes", "no"):
         raise pytest.UsageError(f"Invalid --isolate {isolate_text!r} from the command line: expected yes or no")
@@ -410,6 +450,36 @@ def _node_counts(text: str, where: str) -> list[int]:
     return counts
 
 
+def _check_node_counts(
+    backends: list[str],
+    nodes: list[int],
+    nodes_where: str,
+    world_sizes: list[int],
+    ws_where: str,
+    per_backend: dict[str, list[int]],
+) -> None:
+    """A usage error for a node count that divides none of a backend's selected
+    world sizes: each node runs an equal share of the ranks, so such a count
+    selects no variant at all, and the run was a screen of empty parameter sets
+    that ended in "no test of it was selected", the cause never named.
+
+    The selected world sizes, not those a backend declares: a count that its
+    declarations rule out reads "not applicable" in the matrix, with why."""
+    for name in backends:
+        own = [ws for key, sizes in per_backend.items() if key == name or key.startswith(f"{name}/") for ws in sizes]
+        sizes = sorted(set(own) if own else set(world_sizes))
+        where = "the ini setting harness_backend_world_sizes" if own else ws_where
+        for count in nodes:
+            if not any(ws % count == 0 for ws in sizes):
+                whose = f" of backend {name!r}" if len(backends) > 1 else ""
+                raise pytest.UsageError(
+                    f"Invalid node count {count} from {nodes_where}: it divides none of the world sizes{whose} "
+                    f"{','.join(map(str, sizes))} (from {where}), so it selects no test: a run across {count} "
+                    f"nodes puts an equal share of the ranks on each, and needs a world size that is a multiple "
+                    f"of {count} (e.g. {count} or {2 * count})"
+                )
+
+
 def _flag_env(name: str) -> bool:
     value = os.environ.get(name, "").strip().lower()
     if value in ("", "0", "no", "false"):
@@ -420,7 +490,7 @@ def _flag_env(name: str) -> bool:
 
 
 def _expected_failures(config: pytest.Config) -> tuple[str, str] | None:
-    path, where = _setting(config, "harness_expected_failures", "HARNESS_EXPECTED_FAILURES", "", "")
+    path, where = _setting(config, "harness_expected_failures", "", "")
     return (path, where) if path else None
 
 

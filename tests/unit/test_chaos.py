@@ -254,13 +254,13 @@ def test_an_executor_start_gets_a_start_up_bound_stretched_with_the_load(monkeyp
 
 
 def test_an_unknown_backend_is_a_clear_error_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["chaos", "--backend", "nosuch", "--duration", "1"]) == 2
+    assert main(["chaos", "--backend", "nosuch", "--duration", "1"]) == 4
     err = capsys.readouterr().err
     assert "'nosuch'" in err and "the command line" in err
 
 
 def test_a_world_size_the_backend_does_not_support_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["chaos", "--backend", "uni", "--world-size", "2", "--duration", "1"]) == 2
+    assert main(["chaos", "--backend", "uni", "--world-size", "2", "--duration", "1"]) == 4
     assert "--world-size 2" in capsys.readouterr().err
 
 
@@ -271,7 +271,7 @@ def test_a_negative_duration_is_refused_by_the_parser(capsys: pytest.CaptureFixt
 
 
 def test_a_declared_clause_that_does_not_exist_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["chaos", "--backend", "mp", "--declare", "C99", "--duration", "1"]) == 2
+    assert main(["chaos", "--backend", "mp", "--declare", "C99", "--duration", "1"]) == 4
     assert "'C99'" in capsys.readouterr().err
 
 

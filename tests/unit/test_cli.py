@@ -41,8 +41,12 @@ def _flag(argv: list[str], flag: str) -> str:
 
 
 def test_conform_runs_its_documented_world_sizes_whatever_the_ini_says(calls: list[list[str]]) -> None:
+    from harness.pytest_plugin.options import _DEFAULT_WORLD_SIZES
+
     assert main(["conform", "--backend", "ray"]) == 0
-    assert _flag(calls[0], "--harness-world-size") == "1,2,4"
+    # No ini is read (-c names an empty one), so the plugin's default holds: 1,2,4.
+    assert _flag(calls[0], "-c") == os.devnull and _DEFAULT_WORLD_SIZES == "1,2,4"
+    assert "--harness-world-size" not in calls[0]
     assert _flag(calls[0], "--harness-backend") == "ray"
 
 
@@ -58,7 +62,10 @@ def test_conform_world_sizes_from_the_command_line_or_the_environment(
     main(["conform", "--backend", "mp", "--world-size", "2"])
     monkeypatch.setenv("HARNESS_WORLD_SIZE", "4")
     main(["conform", "--backend", "mp"])
-    assert [_flag(argv, "--harness-world-size") for argv in calls] == ["2", "4"]
+    assert _flag(calls[0], "--harness-world-size") == "2"
+    # HARNESS_WORLD_SIZE is the plugin's to read (its pytest inherits the environment),
+    # so that a bad value is named as the environment's, not the command line's.
+    assert "--harness-world-size" not in calls[1]
 
 
 def test_conform_passes_the_node_counts_and_require_nodes_on(calls: list[list[str]]) -> None:
@@ -158,7 +165,7 @@ def test_bench_refuses_bad_arguments_in_one_line_naming_the_option_and_value(
 ) -> None:
     with pytest.raises(SystemExit) as info:
         main(["bench", *args])
-    assert info.value.code == 2
+    assert info.value.code == 4  # usage error
     err = capsys.readouterr().err
     last = err.rstrip("\n").splitlines()[-1]
     assert last.startswith(f"python -m harness bench: error: {error}"), err
@@ -175,7 +182,7 @@ def test_bench_world_size_zero_exits_at_once_instead_of_hanging() -> None:
         timeout=60,
         check=False,
     )
-    assert done.returncode == 2
+    assert done.returncode == 4  # usage error
     assert done.stderr.splitlines()[-1] == (
         "python -m harness bench: error: argument --world-size: expected comma-separated integers >= 1, got '0'"
     )
@@ -240,7 +247,7 @@ def test_cluster_refuses_bad_arguments_in_one_line_naming_the_option_and_value(
     monkeypatch.setattr(harness.__main__, "_cluster", lambda *a: started.append(a) or 0)
     with pytest.raises(SystemExit) as info:
         main(["cluster", *args, "--", "true"])
-    assert info.value.code == 2
+    assert info.value.code == 4  # usage error
     last = capsys.readouterr().err.rstrip("\n").splitlines()[-1]
     assert last.startswith(f"python -m harness cluster: error: {error}"), last
     assert started == []

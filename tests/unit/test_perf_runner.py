@@ -103,12 +103,12 @@ def test_two_identical_sides_get_distinct_labels() -> None:
         (["--compare", "mp", "nosuch.module:f"], "argument --compare"),
         (["--compare", "mp", "mp@colour=red"], "unknown setting 'colour'"),
         (["--compare", "mp", "mp", "--update-baseline"], "--update-baseline records one backend's run"),
-        (["--workload", "round-trip", "--rounds", "0"], "argument --rounds: expected at least 1, got 0"),
+        (["--workload", "round-trip", "--rounds", "0"], "argument --rounds: expected an integer >= 1, got '0'"),
         (["--workload", "round-trip", "--plot", "/no/such/folder/x.png"], "argument --plot: cannot write"),
         (["--curves", "bandwidth"], "unknown curve 'bandwidth' from --curves: expected one of payload, world-size"),
         (["--curves", ","], "--curves ',' names no curve"),
         (["--curves", "payload", "--compare", "mp", "mp"], "--curves measures each backend on its own"),
-        # A gate no workload measures is bad input (2), never "B is slower" (1).
+        # A gate no workload measures is bad input (4), never "B is slower" (1).
         (
             ["--workload", "round-trip", "--compare", "mp", "mp", "--gate", "bogus"],
             "argument --gate: 'bogus' is not a metric of workload 'round-trip': it measures 'latency'",
@@ -123,7 +123,7 @@ def test_bench_refuses_bad_input_before_starting_anything(
 ) -> None:
     with pytest.raises(SystemExit) as exit_:
         main(["bench", *argv])
-    assert exit_.value.code == 2
+    assert exit_.value.code == 4  # usage error (harness/__main__.py's convention)
     assert named in capsys.readouterr().err
 
 
@@ -150,7 +150,7 @@ def test_a_missing_extra_is_refused_before_the_first_round_with_the_install_comm
     )
     with pytest.raises(SystemExit) as exit_:
         main(["bench", *argv])
-    assert exit_.value.code == 2
+    assert exit_.value.code == 4  # usage error (harness/__main__.py's convention)
     err = capsys.readouterr().err
     assert named in err and "pip install 'executor-harness[perf]'" in err
 

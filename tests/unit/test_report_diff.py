@@ -90,9 +90,9 @@ def test_the_command_exits_1_on_a_worse_cell_0_on_none_and_2_on_a_file_that_is_n
     assert main(["report", "diff", str(old), str(same)]) == 0
     assert "no cell changed" in capsys.readouterr().out
     (tmp_path / "bad.json").write_text("{not json")
-    assert main(["report", "diff", str(old), str(tmp_path / "bad.json")]) == 2
+    assert main(["report", "diff", str(old), str(tmp_path / "bad.json")]) == 4
     err = capsys.readouterr().err
     assert "bad.json: not a JSON report" in err and "line 1" in err
     (tmp_path / "other.json").write_text('{"benchmark": 1}')
-    assert main(["report", "diff", str(tmp_path / "other.json"), str(old)]) == 2
+    assert main(["report", "diff", str(tmp_path / "other.json"), str(old)]) == 4
     assert "other.json: not a harness report" in capsys.readouterr().err

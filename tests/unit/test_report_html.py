@@ -78,7 +78,7 @@ def test_report_html_turns_a_json_report_into_a_page_and_names_a_file_it_cannot_
     sample().write(str(report), None)
     assert main(["report", "html", str(report)]) == 0
     assert 'data-outcome="FAIL"' in (tmp_path / "run.html").read_text()
-    assert main(["report", "html", str(tmp_path / "missing.json")]) == 2
+    assert main(["report", "html", str(tmp_path / "missing.json")]) == 4
     assert "missing.json: cannot be read" in capsys.readouterr().err
 
 
