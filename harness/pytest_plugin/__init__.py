@@ -50,6 +50,7 @@ from harness.pytest_plugin.isolation import (
     WORLD_KEY,
     IsolatedTest,
     prepare_parent,
+    progress_every_s,
     run_isolated,
     skipped_report,
     timeout_of,
@@ -217,6 +218,7 @@ def pytest_configure(config: pytest.Config) -> None:
     for line in MARKERS:
         config.addinivalue_line("markers", line)
     opts = parse_options(config)
+    progress_every_s()  # a bad HARNESS_PROGRESS_S is bad input, named before any test runs
     for option in ("harness_report_json", "harness_report_md", "harness_report_html"):
         _check_report_path(config, option)
     if config.getoption("harness_test_logs") and not _xdist_worker(config):

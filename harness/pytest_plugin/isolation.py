@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import json
+import math
 import os
 import select
 import shutil
@@ -364,8 +365,25 @@ class _PhaseCpu:
             item.user_properties.append((CPU_PROPERTY, json.dumps(self._phases)))
 
 
-#: After this long, and as often again, a still-running test is named on the terminal.
-PROGRESS_EVERY_S = float(os.environ.get("HARNESS_PROGRESS_S") or 30.0)
+PROGRESS_VARIABLE = "HARNESS_PROGRESS_S"
+
+
+def progress_every_s() -> float:
+    """After this long, and as often again, a still-running test is named on the
+    terminal: 30 s, or the seconds ``HARNESS_PROGRESS_S`` gives."""
+    text = os.environ.get(PROGRESS_VARIABLE, "").strip()
+    if not text:
+        return 30.0
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise pytest.UsageError(
+            f"Invalid {PROGRESS_VARIABLE} {text!r} from the environment variable {PROGRESS_VARIABLE}: "
+            "expected a number of seconds > 0"
+        )
+    return seconds
 
 
 def _wait_child(
@@ -386,7 +404,7 @@ def _wait_child(
                 deadline += more
                 if progress is not None:
                     progress(f"[harness] past its {timeout_s:g} s on a loaded machine, {more:.0f} s more: {nodeid}")
-            slice_s = min(deadline - now, PROGRESS_EVERY_S if progress else deadline - now)
+            slice_s = min(deadline - now, progress_every_s() if progress else deadline - now)
             if fd is not None:  # Linux: a blocking wait with a timeout
                 if select.select([fd], [], [], slice_s)[0]:
                     return os.waitpid(pid, 0)[1]

@@ -189,7 +189,7 @@ def secondary_world_size(sizes: list[int]) -> int:
 
 HELP_JOBS = (
     "isolated tests to run side by side, each in its own process group: a number, or 'auto' "
-    "(the default: twice the CPU count, at most 8); tests marked exclusive run alone"
+    "(the default: twice the CPU count, at most 8); tests marked harness_exclusive run alone"
 )
 HELP_SEED = (
     "the seed of the tensor-parallel checks' weights and inputs (default 0); a failure prints it, "

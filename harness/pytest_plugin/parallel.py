@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import pytest
 
-from harness.pytest_plugin.isolation import PROGRESS_EVERY_S, IsolatedTest
+from harness.pytest_plugin.isolation import IsolatedTest, progress_every_s
 from harness.pytest_plugin.markers import CLAUSE
 from harness.pytest_plugin.markers import EXCLUSIVE as EXCLUSIVE_MARKER
 from harness.pytest_plugin.markers import ISOLATED as ISOLATED_MARKER
@@ -38,7 +38,7 @@ class _Slot:
     def __init__(self, test: IsolatedTest) -> None:
         self.test = test
         self.fd = os.pidfd_open(test.pid)
-        self.next_progress = test.started + PROGRESS_EVERY_S
+        self.next_progress = test.started + progress_every_s()
 
 
 def run_side_by_side(
@@ -135,7 +135,7 @@ def _wait(running: list[_Slot], progress: Callable[[str], None] | None) -> list[
         else:
             if progress is not None and now >= slot.next_progress:
                 progress(f"[harness] still running after {now - slot.test.started:.0f} s: {slot.test.item.nodeid}")
-                slot.next_progress = now + PROGRESS_EVERY_S
+                slot.next_progress = now + progress_every_s()
             continue
         running.remove(slot)
         os.close(slot.fd)

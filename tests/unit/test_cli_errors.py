@@ -226,6 +226,9 @@ def test_each_setting_names_the_source_its_bad_value_came_from(
         ("HARNESS_WORLD_SIZE", "abc", "Invalid world size 'abc' from the environment variable HARNESS_WORLD_SIZE"),
         ("HARNESS_TIMEOUT", "soon", "Invalid timeout 'soon' from the environment variable HARNESS_TIMEOUT"),
         ("HARNESS_REQUIRE_NODES", "maybe", "Invalid value 'maybe' of the environment variable HARNESS_REQUIRE_NODES"),
+        # Read where a test is watched, not with the options: it was a traceback at import.
+        ("HARNESS_PROGRESS_S", "often", "Invalid HARNESS_PROGRESS_S 'often' from the environment variable"),
+        ("HARNESS_PROGRESS_S", "0", "Invalid HARNESS_PROGRESS_S '0' from the environment variable"),
     ],
 )
 def test_conform_names_the_environment_as_the_source_of_a_bad_value(env: str, value: str, named: str) -> None:
