@@ -208,7 +208,7 @@ test:
 COMPAT_VENV := .venv-compat
 COMPAT_STAMP := $(COMPAT_VENV)/.installed
 COMPAT_PINS ?= pytest==7.4.4 pytest-xdist==3.8.0 pytest-forked==1.7.5 pytest-timeout==2.4.0 psutil numpy
-$(COMPAT_STAMP): pyproject.toml setup.py Makefile docs/SPEC.md docs/implementers.md
+$(COMPAT_STAMP): pyproject.toml setup.py MANIFEST.in Makefile docs/SPEC.md docs/implementers.md examples/pipes.py
 	rm -rf $(COMPAT_VENV)
 	$(PYTHON) -m venv $(COMPAT_VENV)
 	$(COMPAT_VENV)/bin/python -m pip install -q $(COMPAT_PINS)

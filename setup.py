@@ -1,7 +1,8 @@
-"""Ships the contract with the package: docs/SPEC.md and docs/implementers.md are
-copied into ``harness/_docs/`` of every build (wheel or sdist install), so that
-an installed harness has the documents its errors and reports cite
-(``python -m harness docs``). Everything else is in pyproject.toml."""
+"""Ships the contract with the package: docs/SPEC.md, docs/implementers.md and
+the example backend the guide walks through (examples/pipes.py) are copied into
+``harness/_docs/`` of every build (wheel or sdist install), so that an installed
+harness has the documents its errors and reports cite (``python -m harness
+docs``). Everything else is in pyproject.toml."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import shutil
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
-#: The documents an installed harness carries, from docs/.
-SHIPPED_DOCS = ("SPEC.md", "implementers.md")
+#: The documents an installed harness carries (harness.contract.SHIPPED_SOURCES; a unit test keeps the two alike).
+SHIPPED = ("docs/SPEC.md", "docs/implementers.md", "examples/pipes.py")
 
 
 class BuildPyWithDocs(build_py):
@@ -24,8 +25,8 @@ class BuildPyWithDocs(build_py):
             return  # an editable install reads them from docs/ in the checkout
         target = os.path.join(self.build_lib, "harness", "_docs")
         os.makedirs(target, exist_ok=True)
-        for name in SHIPPED_DOCS:
-            shutil.copyfile(os.path.join("docs", name), os.path.join(target, name))
+        for source in SHIPPED:
+            shutil.copyfile(source, os.path.join(target, os.path.basename(source)))
 
 
 setup(cmdclass={"build_py": BuildPyWithDocs})

@@ -33,17 +33,24 @@ __all__ = [
 #: The version of the contract (docs/SPEC.md) this suite checks: its date of change.
 SPEC_VERSION = "2026-12-06.4"
 
-#: The documents an installed harness carries (setup.py copies them from docs/ into harness/_docs/).
-SHIPPED_DOCS = ("SPEC.md", "implementers.md")
+#: The documents an installed harness carries, by name, with where each is in
+#: the source tree (setup.py copies them into harness/_docs/): the contract, the
+#: implementers' guide, and the example backend the guide walks through.
+SHIPPED_SOURCES = {
+    "SPEC.md": "docs/SPEC.md",
+    "implementers.md": "docs/implementers.md",
+    "pipes.py": "examples/pipes.py",
+}
+SHIPPED_DOCS = tuple(SHIPPED_SOURCES)
 
 
 def doc_path(name: str) -> Path:
     """Where ``name`` (one of :data:`SHIPPED_DOCS`) is on this machine: inside the
-    installed package, or in the checkout's docs/ for an editable install."""
-    if name not in SHIPPED_DOCS:
+    installed package, or in the checkout for an editable install."""
+    if name not in SHIPPED_SOURCES:
         raise ValueError(f"unknown document {name!r}: expected one of {', '.join(SHIPPED_DOCS)}")
     package = Path(__file__).resolve().parent
-    for candidate in (package / "_docs" / name, package.parent / "docs" / name):
+    for candidate in (package / "_docs" / name, package.parent / SHIPPED_SOURCES[name]):
         if candidate.is_file():
             return candidate
     raise FileNotFoundError(f"{name} is not installed with harness (looked in {package / '_docs'})")

@@ -137,7 +137,7 @@ def test_from_a_wheel_a_plain_file_runs_under_xdist_and_under_forked(compat_pyth
 
 
 def test_the_wheel_carries_the_documents_errors_cite(compat_python: str, tmp_path: Path) -> None:
-    from harness.contract import SHIPPED_DOCS
+    from harness.contract import SHIPPED_DOCS, SHIPPED_SOURCES
 
     done = subprocess.run(
         [compat_python, "-m", "harness", "docs"], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False
@@ -145,10 +145,10 @@ def test_the_wheel_carries_the_documents_errors_cite(compat_python: str, tmp_pat
     assert done.returncode == 0, done.stderr
     listed = dict(line.split(": ", 1) for line in done.stdout.splitlines())
     assert sorted(listed) == sorted(SHIPPED_DOCS)
-    repo_docs = Path(__file__).resolve().parents[2] / "docs"
+    root = Path(__file__).resolve().parents[2]
     for name, path in listed.items():
         assert "site-packages" in path, f"{name} read from {path}, not from the installed wheel"
-        assert Path(path).read_bytes() == (repo_docs / name).read_bytes(), f"{name} in the wheel is stale"
+        assert Path(path).read_bytes() == (root / SHIPPED_SOURCES[name]).read_bytes(), f"{name} in the wheel is stale"
     wheels = list((Path(compat_python).parents[1] / "wheel").glob("*.whl"))
     assert len(wheels) == 1, wheels
     names = zipfile.ZipFile(wheels[0]).namelist()

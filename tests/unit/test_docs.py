@@ -5,6 +5,7 @@ start's commands as make and pip really run them."""
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata
 import os
 import re
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from harness.backends import BUILTIN_BACKENDS, DISTRIBUTION
-from harness.contract import CLAUSES, SHIPPED_DOCS, SPEC_VERSION
+from harness.contract import CLAUSES, SHIPPED_DOCS, SHIPPED_SOURCES, SPEC_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "docs" / "SPEC.md"
@@ -253,8 +254,22 @@ def test_the_readme_names_only_documents_that_harness_docs_prints() -> None:
     named = re.findall(r"python -m harness docs ([\w.]+)", readme)
     assert named, "the README does not say how an installed harness shows its documents"
     assert sorted(set(named) - set(SHIPPED_DOCS)) == []
-    for name in SHIPPED_DOCS:
-        assert f"](docs/{name})" in readme and name in named, f"the README: docs/{name}, and how to print it"
+    for name, source in SHIPPED_SOURCES.items():
+        assert f"]({source})" in readme and name in named, f"the README: {source}, and how to print it"
+
+
+def test_every_build_and_the_sdist_carry_the_documents_harness_docs_prints() -> None:
+    # setup.py copies them into harness/_docs/ of each build; an sdist without them could not build a wheel.
+    setup = ast.parse((ROOT / "setup.py").read_text(encoding="utf-8"))
+    shipped = next(
+        ast.literal_eval(node.value)
+        for node in ast.walk(setup)
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "SHIPPED" for t in node.targets)
+    )
+    assert sorted(shipped) == sorted(SHIPPED_SOURCES.values())
+    manifest = (ROOT / "MANIFEST.in").read_text(encoding="utf-8").split()
+    assert sorted(set(shipped) - set(manifest)) == [], "MANIFEST.in leaves them out of the sdist"
+    assert all((ROOT / source).is_file() for source in shipped)
 
 
 # --------------------------------------------------------------------------- finding 10: the quick start
