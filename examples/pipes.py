@@ -312,5 +312,5 @@ def factory(config: ExecutorConfig) -> PipeExecutor:
     return PipeExecutor(config)
 
 
-factory.start_methods = ("fork",)  # type: ignore[attr-defined]  # forked workers need no import by name
-factory.unsupported = {}  # type: ignore[attr-defined]  # every clause is checked
+# Forked workers need no import by name; nothing is declared unsupported: every clause is checked.
+harness.declare(factory, start_methods=("fork",), unsupported={})

@@ -21,6 +21,7 @@ from harness.contract import (
     SerializationError,
     WorkerDiedError,
     WorkerInitError,
+    declare,
 )
 from harness.system.stacks import register_from_env as _register_stacks_from_env
 
@@ -39,6 +40,7 @@ __all__ = [
     "WorkerDiedError",
     "WorkerInitError",
     "available_backends",
+    "declare",
     "load_backend",
     "register_stacks",
 ]

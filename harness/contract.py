@@ -7,15 +7,17 @@ else, so a backend written elsewhere needs this module alone.
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Callable, Iterator, Mapping
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 __all__ = [
     "CLAUSES",
     "DEVICES",
+    "FAIL_INIT_ENV",
     "SPEC_VERSION",
     "START_METHODS",
     "Backend",
@@ -28,10 +30,15 @@ __all__ = [
     "SerializationError",
     "WorkerDiedError",
     "WorkerInitError",
+    "declare",
 ]
 
 #: The version of the contract (docs/SPEC.md) this suite checks: its date of change.
 SPEC_VERSION = "2026-12-06.4"
+
+#: ``HARNESS_FAIL_WORKER_INIT=<rank>`` in a worker's environment makes that rank
+#: raise during start-up (C22): how the suite asks a backend to fail one rank.
+FAIL_INIT_ENV = "HARNESS_FAIL_WORKER_INIT"
 
 #: The documents an installed harness carries, by name, with where each is in
 #: the source tree (setup.py copies them into harness/_docs/): the contract, the
@@ -270,3 +277,51 @@ class SerializationError(ExecutorError):
 
 if not issubclass(TimeoutError, concurrent.futures.TimeoutError):  # pragma: no cover - Python 3.10
     RPCTimeoutError.__bases__ = (ExecutorError, TimeoutError, concurrent.futures.TimeoutError)
+
+
+#: The declarations a backend's factory may carry, as attributes that
+#: ``harness.backends.load_backend`` reads and checks (docs/implementers.md,
+#: "Every declaration").
+DECLARATIONS = (
+    "unsupported",
+    "world_sizes",
+    "start_methods",
+    "nodes",
+    "session",
+    "preload",
+    "expected_failures",
+    "version",
+)
+
+_Factory = TypeVar("_Factory", bound=Callable[..., Any])
+
+
+def declare(
+    factory: _Factory,
+    *,
+    unsupported: Mapping[str, str] | None = None,
+    world_sizes: Sequence[int] | None = None,
+    start_methods: Sequence[str] | None = None,
+    nodes: Sequence[int] | None = None,
+    session: Callable[[], Any] | None = None,
+    preload: Sequence[str] | None = None,
+    expected_failures: str | os.PathLike[str] | None = None,
+    version: str | Callable[[], str] | None = None,
+) -> _Factory:
+    """Give ``factory`` the declarations named (each an attribute the loader
+    reads and checks; one left out keeps its default) and return it: the typed
+    form of ``factory.unsupported = {...}``."""
+    given = {
+        "unsupported": unsupported,
+        "world_sizes": tuple(world_sizes) if world_sizes is not None else None,
+        "start_methods": tuple(start_methods) if start_methods is not None else None,
+        "nodes": tuple(nodes) if nodes is not None else None,
+        "session": session,
+        "preload": tuple(preload) if preload is not None else None,
+        "expected_failures": expected_failures,
+        "version": version,
+    }
+    for name, value in given.items():
+        if value is not None:
+            setattr(factory, name, value)
+    return factory

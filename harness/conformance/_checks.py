@@ -25,6 +25,10 @@ T = TypeVar("T")
 #: Skip reasons that start with these are outcomes of their own in the report.
 NOT_APPLICABLE = "[not applicable]"
 BLOCKED_BY = "[blocked by "
+#: The test property that reports a leak found after a test, with the clause it breaks (C9).
+LEAK_PROPERTY = "harness_leak"
+#: The clause a leak found after a test is reported under.
+LEAK_CLAUSE = "C9"
 
 
 def not_applicable(reason: str) -> NoReturn:
@@ -220,12 +224,3 @@ def process_reaped(pid: int) -> bool:
 
 def token() -> str:
     return os.urandom(6).hex()
-
-
-def on_rank(rank: int) -> Callable[[str], str]:
-    """A message prefixer for ``torch.testing.assert_close(msg=...)``."""
-
-    def prefix(message: str) -> str:
-        return f"rank {rank}: {message}"
-
-    return prefix

@@ -92,13 +92,6 @@ def raise_on_rank(worker: Any, rank: int, message: str) -> int:
     return int(worker.rank)
 
 
-def exit_on_rank(worker: Any, rank: int, code: int = 7) -> int:
-    """Kills that rank's process (abruptly, as a crash would)."""
-    if worker.rank == rank:
-        os._exit(code)
-    return int(worker.rank)
-
-
 def unpicklable_result(worker: Any) -> Any:
     import threading
 
@@ -248,24 +241,6 @@ def _one_thread() -> None:
 
     if torch.get_num_threads() != 1:
         torch.set_num_threads(1)
-
-
-def tensor_parallel_forward(
-    worker: Any, seed: int, dims: tuple[int, int, int], dtype: str, device: str, world_size: int
-) -> Any:
-    """This rank's part of the sharded forward pass of ``harness.conformance.models``, joined by an
-    all_reduce on the default group; the full output, on the CPU. The shard is chosen by
-    ``worker.rank`` and the caller's world size, not by the group, so a group that does
-    not span the workers gives a wrong answer instead of a dense one."""
-    import torch
-
-    from harness.conformance import models
-
-    _one_thread()
-    w = models.make_weights(seed, *dims, dtype=dtype)
-    dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
-    out = models.sharded_forward(w, int(worker.rank), world_size, dev)
-    return out.cpu()
 
 
 def _decoder_on(seed: int, dtype: str, device: str, world_size: int) -> tuple[dict[str, Any], Any, list[int]]:

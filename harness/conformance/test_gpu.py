@@ -29,7 +29,15 @@ import pytest
 
 from harness import ExecutorConfig
 from harness.conformance import _work_in_flight, probes
-from harness.conformance._checks import bounded, error_of, expect_equal, not_applicable, one_future
+from harness.conformance._checks import (
+    LEAK_CLAUSE,
+    LEAK_PROPERTY,
+    bounded,
+    error_of,
+    expect_equal,
+    not_applicable,
+    one_future,
+)
 from harness.conformance._faults import (
     DEATH_BOUND_S,
     expect_failure,
@@ -87,7 +95,7 @@ def gpus_freed(request: pytest.FixtureRequest) -> Iterator[set[int]]:
         return
     problems = gpus.release_problems(before, pids, timeout_s=DEATH_BOUND_S)
     if problems:
-        request.node.user_properties.append(("harness_leak", "C9"))
+        request.node.user_properties.append((LEAK_PROPERTY, LEAK_CLAUSE))
         pytest.fail(f"{DEATH_BOUND_S:g} s after shutdown(): " + "; ".join(problems), pytrace=False)
 
 

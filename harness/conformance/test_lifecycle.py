@@ -36,13 +36,11 @@ from harness.conformance._checks import (
 from harness.conformance._markers import seen
 from harness.conformance._spec_bounds import bounded_by_spec, stretched, wait_within, waited
 from harness.conformance._workers import worker_pids
+from harness.contract import FAIL_INIT_ENV
 from harness.system import growth, leaks
 from harness.system.load import load_scale
 
 pytestmark = pytest.mark.timeout(300)
-
-FAIL_INIT_ENV = "HARNESS_FAIL_WORKER_INIT"
-
 
 #: SPEC.md's C9 bound on shutdown(), with a hung worker or not.
 SHUTDOWN_BOUND_S = 30.0

@@ -26,6 +26,7 @@ from harness.contract import (
     RemoteCallError,
     SerializationError,
     WorkerInitError,
+    declare,
     method_name,
 )
 from harness.executors._validate import validate_call
@@ -151,11 +152,14 @@ def create(config: ExecutorConfig) -> UniprocExecutor:
     return UniprocExecutor(config)
 
 
-create.world_sizes = (1,)  # type: ignore[attr-defined]
-create.start_methods = ("spawn",)  # type: ignore[attr-defined]  # starts no process: one variant is enough
-create.unsupported = {  # type: ignore[attr-defined]
-    "C7": "calls run on the caller's thread and cannot be interrupted by a timeout",
-    "C8": "the worker is the caller's own process: it cannot die apart from the caller",
-    "C9": "a hung call hangs the caller's thread, so shutdown cannot bound it",
-    "C18": "the worker's process group is the caller's default group, one per process",
-}
+declare(
+    create,
+    world_sizes=(1,),
+    start_methods=("spawn",),  # starts no process: one variant is enough
+    unsupported={
+        "C7": "calls run on the caller's thread and cannot be interrupted by a timeout",
+        "C8": "the worker is the caller's own process: it cannot die apart from the caller",
+        "C9": "a hung call hangs the caller's thread, so shutdown cannot bound it",
+        "C18": "the worker's process group is the caller's default group, one per process",
+    },
+)

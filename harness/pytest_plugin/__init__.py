@@ -40,7 +40,7 @@ import pytest
 
 from harness.backends import BUILTIN_BACKENDS, LoadedBackend, module_installed
 from harness.conformance import _spec_bounds
-from harness.conformance._checks import bounded
+from harness.conformance._checks import LEAK_CLAUSE, LEAK_PROPERTY, bounded
 from harness.conformance.sample import SAMPLE
 from harness.contract import CLAUSES, Executor, ExecutorConfig
 from harness.pytest_plugin import residue as _residue
@@ -69,7 +69,7 @@ from harness.pytest_plugin.options import (
     parse_options,
     variant_of,
 )
-from harness.pytest_plugin.outcomes import LEAK_CLAUSE, MatrixCollector, tag_item
+from harness.pytest_plugin.outcomes import MatrixCollector, tag_item
 from harness.pytest_plugin.parallel import ISOLATED_MARKER, run_side_by_side
 from harness.report import ClauseMatrix, machine_settings
 from harness.system.cpu import log_run_cpu, run_started
@@ -406,7 +406,7 @@ def executor(
             # SPEC's own bound (C9): a shutdown that hangs fails here, not at the test's timeout.
             bounded(ex.shutdown, _SHUTDOWN_S, f"{backend.name}: shutdown() after the test")
         except AssertionError:
-            request.node.user_properties.append(("harness_leak", LEAK_CLAUSE))
+            request.node.user_properties.append((LEAK_PROPERTY, LEAK_CLAUSE))
             raise
     # Processes, threads, shared memory, sockets; descriptors are C10's to judge.
     seen: dict[str, Any] = {}
@@ -450,7 +450,7 @@ def executor(
             ("harness_known_leak_where", entry.where),
         ]
     elif again:
-        request.node.user_properties.append(("harness_leak", LEAK_CLAUSE))
+        request.node.user_properties.append((LEAK_PROPERTY, LEAK_CLAUSE))
         pytest.fail(f"{backend.name}: the executor leaked after shutdown: " + "; ".join(again), pytrace=False)
 
 

@@ -27,11 +27,11 @@ from typing import Any
 import pytest
 
 from harness.backends import LoadedBackend
-from harness.conformance._checks import BLOCKED_BY, NOT_APPLICABLE
+from harness.conformance._checks import BLOCKED_BY, LEAK_CLAUSE, LEAK_PROPERTY, NOT_APPLICABLE
 from harness.pytest_plugin import residue as _residue
 from harness.pytest_plugin.isolation import LOAD_PROPERTY, REMOVED_PROPERTY
 from harness.pytest_plugin.markers import GPU
-from harness.pytest_plugin.options import Options, Unavailable, Variant, clauses_of, variant_of
+from harness.pytest_plugin.options import Options, Variant, clauses_of, variant_of
 from harness.report import (
     BLOCKED,
     DECLARED,
@@ -46,8 +46,6 @@ from harness.report import NOT_APPLICABLE as NOT_APPLICABLE_OUTCOME
 
 __all__ = ["MatrixCollector", "tag_item"]
 
-#: The clause a leak found after a test is reported under.
-LEAK_CLAUSE = "C9"
 _MAX_NOTE = 400
 #: The most of a failure's text a report keeps (the stacks of a hung run's processes can be long).
 _MAX_DETAIL = 16_000
@@ -160,10 +158,10 @@ class MatrixCollector:
         notes = "; ".join(str(v) for k, v in report.user_properties if k == "harness_note")
         add = functools.partial(self._add, report)
         known = getattr(report, "wasxfail", None)
-        if report.when == "teardown" and "harness_leak" in props and known is not None:
+        if report.when == "teardown" and LEAK_PROPERTY in props and known is not None:
             # The leak check failed after a test listed as a known failure: pytest reads
             # it as that test's expected failure, but it is C9's, and not on the list.
-            add(str(props["harness_leak"]), column, FAIL, test, f"found after the test: {_failure_message(report)}")
+            add(str(props[LEAK_PROPERTY]), column, FAIL, test, f"found after the test: {_failure_message(report)}")
             self.unlisted_failures.append(f"{report.nodeid}: {_failure_message(report)}")
             return
         if report.skipped and known is not None:
@@ -181,8 +179,8 @@ class MatrixCollector:
             return
         if report.failed:
             message = _failure_message(report)
-            if report.when == "teardown" and "harness_leak" in props:
-                add(str(props["harness_leak"]), column, FAIL, test, f"found after the test: {message}")
+            if report.when == "teardown" and LEAK_PROPERTY in props:
+                add(str(props[LEAK_PROPERTY]), column, FAIL, test, f"found after the test: {message}")
                 return
             for clause in clauses:
                 add(clause, column, FAIL, test, message)
@@ -291,7 +289,3 @@ class MatrixCollector:
         if isinstance(loaded, LoadedBackend) and not any(loaded.supports_world_size(ws) for ws in requested):
             return f"its declared world_sizes {loaded.world_sizes} exclude every requested size {requested}"
         return "no test of it was selected (-k, -m or the paths given matched none)"
-
-
-def is_unavailable(item: pytest.Item) -> bool:
-    return isinstance(variant_of(item), Unavailable)

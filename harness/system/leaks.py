@@ -27,6 +27,8 @@ from typing import Any
 
 import psutil
 
+from harness.system.processes import is_zombie
+
 __all__ = [
     "TAG_ENV",
     "Snapshot",
@@ -216,14 +218,7 @@ def tagged(value: str, prefix: bool = False) -> set[int]:
                     break
             except OSError:
                 continue
-    return {pid for pid in out if not _is_zombie(pid)}
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
-    except psutil.NoSuchProcess:
-        return True
+    return {pid for pid in out if not is_zombie(pid)}
 
 
 def started_by(pid: int, value: str | None) -> set[int]:

@@ -27,6 +27,8 @@ import subprocess
 import sys
 import time
 
+from harness.system.processes import is_zombie
+
 __all__ = ["Reaper"]
 
 _SHM_DIR = "/dev/shm"
@@ -88,16 +90,9 @@ def _members(pgid: int) -> list[int]:
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             with contextlib.suppress(OSError):
-                if os.getpgid(int(entry)) == pgid and not _is_zombie(int(entry)):
+                if os.getpgid(int(entry)) == pgid and not is_zombie(int(entry)):
                     out.append(int(entry))
     return out
-
-
-def _is_zombie(pid: int) -> bool:
-    with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-        stat = f.read()
-    # "pid (command) state ...": the command may hold spaces and parentheses.
-    return stat[stat.rindex(")") + 2 : stat.rindex(")") + 3] == "Z"
 
 
 def _mapped_segments(pids: list[int]) -> set[str]:

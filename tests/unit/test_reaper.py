@@ -7,7 +7,8 @@ import os
 import signal
 import time
 
-from harness.system.reaper import _is_zombie, _members
+from harness.system.processes import is_zombie
+from harness.system.reaper import _members
 
 
 def test_a_zombie_is_not_a_member_of_its_group() -> None:
@@ -20,13 +21,13 @@ def test_a_zombie_is_not_a_member_of_its_group() -> None:
         deadline = time.monotonic() + 10
         while os.getpgid(pid) != pid and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert _members(pid) == [pid] and not _is_zombie(pid)
+        assert _members(pid) == [pid] and not is_zombie(pid)
         os.kill(pid, signal.SIGKILL)
-        while not _is_zombie(pid) and time.monotonic() < deadline:
+        while not is_zombie(pid) and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert _is_zombie(pid), "the killed child never became a zombie"
+        assert is_zombie(pid), "the killed child never became a zombie"
         assert _members(pid) == []
     finally:
-        if not _is_zombie(pid):
+        if not is_zombie(pid):
             os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)

@@ -63,6 +63,7 @@ from harness.contract import (
     RPCTimeoutError,
     WorkerDiedError,
     WorkerInitError,
+    declare,
 )
 from harness.executors._group import Failure, GroupExecutor
 from harness.executors.futures import FutureQueue, PendingCall, Reply
@@ -540,7 +541,6 @@ def create(config: ExecutorConfig) -> MultiprocExecutor:
     return MultiprocExecutor(config)
 
 
-create.unsupported = {}  # type: ignore[attr-defined]
 # Every start method this platform's multiprocessing offers. With "forkserver",
 # the workers are forked by Python's forkserver process, which exits when the
 # caller does; if an mp executor started it, the last one to shut down stops it
@@ -549,6 +549,8 @@ create.unsupported = {}  # type: ignore[attr-defined]
 # at every world size and the others at one. It is vLLM's MultiprocExecutor's
 # default too (VLLM_WORKER_MULTIPROC_METHOD), and where it is not offered the
 # next one leads.
-create.start_methods = tuple(  # type: ignore[attr-defined]
-    m for m in ("fork", "spawn", "forkserver") if m in multiprocessing.get_all_start_methods()
+declare(
+    create,
+    unsupported={},
+    start_methods=[m for m in ("fork", "spawn", "forkserver") if m in multiprocessing.get_all_start_methods()],
 )

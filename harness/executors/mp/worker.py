@@ -33,6 +33,7 @@ from datetime import timedelta
 from multiprocessing.connection import Connection
 from typing import Any, NamedTuple
 
+from harness.contract import FAIL_INIT_ENV
 from harness.executors.futures import Reply
 from harness.executors.mp.shm import RingHandle, RingReader, RingWriter
 from harness.system.parent_death import signal_on_parent_death
@@ -54,9 +55,6 @@ __all__ = [
     "request_header",
     "run_call",
 ]
-
-#: ``HARNESS_FAIL_WORKER_INIT=<rank>`` makes that rank raise during start-up (C22).
-FAIL_INIT_ENV = "HARNESS_FAIL_WORKER_INIT"
 
 
 class Worker:

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from harness.contract import ExecutorConfig
+from harness.contract import ExecutorConfig, declare
 from harness.system.modules import module_installed
 
 if not module_installed("ray"):
@@ -104,30 +104,38 @@ _RAY_SERVERS = (
 )
 
 
-def _declare(factory: Any, nodes: tuple[int, ...]) -> None:
-    """What both Ray backends declare."""
-    factory.unsupported = {"C23": _RAY_SERVERS}
-    # Ray starts the actor processes itself: spawn/fork mean nothing to it.
-    factory.start_methods = ("spawn",)
-    # Ranks node by node on as many nodes of the cluster (ExecutorConfig.nodes):
-    # tests/distributed/test_simulated_cluster.py runs them on simulated nodes.
-    factory.nodes = nodes
-    # One cluster for a whole run (both backends share it): connecting takes a
-    # fraction of a second, starting one seconds.
-    factory.session = local_cluster
+def _declare(factory: Callable[..., Any], nodes: tuple[int, ...], unsupported: dict[str, str]) -> None:
+    """What both Ray backends declare, with what each does not support beside C23."""
+    declare(
+        factory,
+        unsupported={"C23": _RAY_SERVERS, **unsupported},
+        # Ray starts the actor processes itself: spawn/fork mean nothing to it.
+        start_methods=("spawn",),
+        # Ranks node by node on as many nodes of the cluster (ExecutorConfig.nodes):
+        # tests/distributed/test_simulated_cluster.py runs them on simulated nodes.
+        nodes=nodes,
+        # One cluster for a whole run (both backends share it): connecting takes a
+        # fraction of a second, starting one seconds.
+        session=local_cluster,
+    )
 
 
-_declare(create, (1, 2, 4))
-_declare(create_graph, (1,))
-create_graph.unsupported["C10"] = (  # type: ignore[attr-defined]
-    "Ray 2.60's compiled graphs leave TCP sockets in the caller: about 1.5 per graph while the caller "
-    "stays connected, about 3 per graph when it disconnects after each (closed, bound to the driver's "
-    "gRPC port, kept open by Ray past the graph's teardown, its actors' exit and ray.shutdown), so ten "
-    "create/shutdown cycles grow the caller's descriptors (32 to 62); processes, threads, shared memory "
-    "and semaphores over the cycles are checked by tests/distributed/test_ray_backend.py"
-)
-create_graph.unsupported["C25"] = (  # type: ignore[attr-defined]
-    "Ray 2.60's compiled-graph ranks wait for their next input in Ray's channel read, which spins "
-    "(sched_yield) and never sleeps: idle, each rank burns about half a core (harness bench's idle "
-    "workers' CPU), the 100 % of a core vLLM's users reported of its compiled-graph executor"
+_declare(create, (1, 2, 4), {})
+_declare(
+    create_graph,
+    (1,),
+    {
+        "C10": (
+            "Ray 2.60's compiled graphs leave TCP sockets in the caller: about 1.5 per graph while the caller "
+            "stays connected, about 3 per graph when it disconnects after each (closed, bound to the driver's "
+            "gRPC port, kept open by Ray past the graph's teardown, its actors' exit and ray.shutdown), so ten "
+            "create/shutdown cycles grow the caller's descriptors (32 to 62); processes, threads, shared memory "
+            "and semaphores over the cycles are checked by tests/distributed/test_ray_backend.py"
+        ),
+        "C25": (
+            "Ray 2.60's compiled-graph ranks wait for their next input in Ray's channel read, which spins "
+            "(sched_yield) and never sleeps: idle, each rank burns about half a core (harness bench's idle "
+            "workers' CPU), the 100 % of a core vLLM's users reported of its compiled-graph executor"
+        ),
+    },
 )

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from harness.system import leaks
 from harness.system.load import start_up_scale
-from harness.system.reaper import _is_zombie
+from harness.system.processes import is_zombie
 
 __all__ = ["LocalCluster", "ray_start_bound", "start_too_slow_for_ray"]
 
@@ -240,7 +240,7 @@ def session_members(sid: int) -> list[int]:
         if not entry.isdigit() or int(entry) in (me, sid):
             continue
         with contextlib.suppress(OSError):
-            if os.getsid(int(entry)) == sid and not _is_zombie(int(entry)):
+            if os.getsid(int(entry)) == sid and not is_zombie(int(entry)):
                 out.append(int(entry))
     return out
 

@@ -42,7 +42,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from harness.contract import ExecutorConfig
+from harness.contract import FAIL_INIT_ENV, ExecutorConfig, declare
 from harness.system.environ import environ
 from harness.system.modules import module_installed
 
@@ -52,7 +52,6 @@ import vllm  # (isort: skip)
 __all__ = ["create_mp", "create_ray", "create_uni", "greedy_tokens", "ray_refusal", "tiny_model"]
 
 #: What the C22 injection is keyed on (the suite's; see harness.executors.mp.worker).
-FAIL_INIT_ENV = "HARNESS_FAIL_WORKER_INIT"
 
 #: vLLM settings for a CPU machine, set unless the environment has them.
 CPU_DEFAULTS = {
@@ -318,14 +317,9 @@ def _vllm_version() -> str:
 #: What vLLM 0.32 is known to fail (harness/pytest_plugin/expected.py), and the version installed, for the report.
 KNOWN_FAILURES = str(Path(__file__).with_name("vllm_known_failures.txt"))
 for _factory in (create_mp, create_uni, _create_ray):
-    _factory.expected_failures = KNOWN_FAILURES  # type: ignore[attr-defined]
-    _factory.version = _vllm_version  # type: ignore[attr-defined]
-
-# vLLM's CPU platform starts workers with spawn whatever it is asked.
-create_mp.start_methods = ("spawn",)  # type: ignore[attr-defined]
-_create_ray.start_methods = ("spawn",)  # type: ignore[attr-defined]
-create_uni.start_methods = ("spawn",)  # type: ignore[attr-defined]
-create_uni.world_sizes = (1,)  # type: ignore[attr-defined]
+    # vLLM's CPU platform starts workers with spawn whatever it is asked.
+    declare(_factory, expected_failures=KNOWN_FAILURES, version=_vllm_version, start_methods=("spawn",))
+declare(create_uni, world_sizes=(1,))
 
 # Imported once in the suite's process, before it forks a process per test:
 # vLLM's import costs each test about 5 s of CPU otherwise. Importing them

@@ -12,7 +12,7 @@ import os
 
 from vllm.v1.worker.cpu_worker import CPUWorker
 
-FAIL_INIT_ENV = "HARNESS_FAIL_WORKER_INIT"
+from harness.contract import FAIL_INIT_ENV
 
 
 def _fail_if_asked(rank: int) -> None:
