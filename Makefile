@@ -12,7 +12,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-vllm install-compat conform conform-full test-quick chaos test test-core test-suite test-meta test-vllm-mp test-vllm-uni test-vllm-tokens test-vllm-rest test-meta-side test-nodes-meta test-apart test-chaos test-chaos-meta test-chaos-built-in test-browser install-browser screenshot test-nodes test-nodes-full test-vllm test-vllm-full vllm-perf vllm-report vllm-chaos vllm-versions lint bench gpu-test gpu-test-vllm
+.PHONY: test-vllm-page install install-vllm install-compat conform conform-full test-quick chaos test test-core test-suite test-meta test-vllm-mp test-vllm-uni test-vllm-tokens test-vllm-rest test-meta-side test-nodes-meta test-apart test-chaos test-chaos-meta test-chaos-built-in test-browser install-browser screenshot test-nodes test-nodes-full test-vllm test-vllm-full vllm-perf vllm-report vllm-chaos vllm-versions lint bench gpu-test gpu-test-vllm
 
 ## pip byte-compiles what it installs: keep it. Where PYTHONDONTWRITEBYTECODE is
 ## set (CI's machine sets it), a venv installed with --no-compile never gets its
@@ -101,12 +101,16 @@ test-vllm-rest:
 ## nothing): GNU make under -j starts a target whose such prerequisite just
 ## finished only once another of its jobs ends (in CI, vLLM's run waited for
 ## the chaos runs, minutes).
-## Its report's page is then opened in Chromium, every cell compared with the
-## report (a real run's matrix, the largest make test writes).
 test-vllm-mp: $(VLLM_STAMP)
 	@mkdir -p $(VLLM_REPORTS)
 	$(VLLM_CONFORM) $(VLLM_SCOPE) --backend vllm-mp --world-size 2 \
 	    --report-json $(VLLM_REPORTS)/vllm-mp.json --report-md $(VLLM_REPORTS)/vllm-mp.md
+## The page of vllm-mp's report (a real run's matrix, the largest make test
+## writes) in Chromium, every cell compared with the report. make test runs it
+## beside the built-in chaos runs, off vLLM's step, the longest; without the
+## report (make test-vllm-mp writes it) make says so.
+test-vllm-page: $(STAMP)
+	@test -f $(VLLM_REPORTS)/vllm-mp.json || { echo "test-vllm-page: no $(VLLM_REPORTS)/vllm-mp.json (make test-vllm-mp writes it)"; exit 1; }
 	@$(MAKE) --no-print-directory install-browser
 	$(BROWSER_REQUIRED) HARNESS_PAGE_REPORTS=$(VLLM_REPORTS)/vllm-mp.json $(BIN)/python -m pytest -p no:cacheprovider \
 	    -m "browser and not gpu" $(PAGE_REPORTS_TEST)
@@ -196,7 +200,7 @@ test-quick: $(STAMP)
 test:
 	$(MAKE) -j7 test-suite test-meta install-vllm install-browser test-browser test-meta-side
 	$(MAKE) -j3 test-vllm-mp test-vllm-rest test-nodes
-	$(MAKE) test-chaos-built-in
+	$(MAKE) -j2 test-chaos-built-in test-vllm-page
 	$(MAKE) test-perf
 
 ## What a user's environment may pair harness with, at the floor of its pytest range:
