@@ -66,7 +66,7 @@ def test_a_call_a_millisecond_late_is_flagged_slower_in_one_ab_run() -> None:
 
 
 @pytest.mark.timeout(240)
-def test_a_thread_spinning_beside_the_calls_is_flagged_in_one_ab_run() -> None:
+def test_a_thread_spinning_beside_the_calls_is_flagged_in_one_of_two_ab_runs() -> None:
     # The seed's regression as it shipped: a thread polling from the executor's
     # start to its shutdown, in the caller's process; no call is slower for it
     # by itself. With both sides' executors alive at once, A's batches paid for
@@ -76,8 +76,16 @@ def test_a_thread_spinning_beside_the_calls_is_flagged_in_one_ab_run() -> None:
     # 8 runs of 10 rounds): the step's own time (+10 to +25 % in most runs, none
     # in some: it depends on which core the thread shares) is flagged in about
     # half the runs, so it is not what this gate judges.
-    result = ab(BESIDE, FULL, gate=BESIDE_GATE)
-    assert result.b_is_slower, "\n".join(result.lines())
+    # Those figures are an AMD EPYC's. On a 2-core Intel Xeon (2026-12-06) the
+    # thread's cost per run was bimodal, about +120 to +175 % or about +3 %
+    # (which core it shares), and one run of 40 rounds flagged it in 2 of 3, of
+    # 80 rounds in 5 of 7: so the quick form takes a second run where the first
+    # says "no change" (the full form below is the bar, 19 of 20 single runs). A
+    # gate that cannot see the thread reads "no change" in both.
+    runs = [ab(BESIDE, FULL, gate=BESIDE_GATE)]
+    if not runs[0].b_is_slower:
+        runs.append(ab(BESIDE, FULL, gate=BESIDE_GATE))
+    assert runs[-1].b_is_slower, "flagged in neither of 2 A/B runs:\n" + "\n\n".join("\n".join(r.lines()) for r in runs)
 
 
 @pytest.mark.timeout(120)
