@@ -11,6 +11,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from harness.system.paths import check_writable
+
 #: The exit statuses of every subcommand: pytest's, since ``conform`` is pytest
 #: underneath and CI already reads pytest's (checked against pytest.ExitCode in
 #: tests/unit/test_cli_errors.py). Bad input never reads as a negative verdict:
@@ -65,18 +67,6 @@ def _usage_error(command: str, message: str) -> int:
     """A usage error found after parsing, in the parser's own words: one line naming the value."""
     print(f"{PROG} {command}: error: {message}", file=sys.stderr)
     return EXIT_USAGE
-
-
-def _check_writable(parser: argparse.ArgumentParser, option: str, path: str | None) -> None:
-    """A usage error for an output path whose folder does not exist or cannot be
-    written: checked before a run of minutes, not found at its end."""
-    if not path:
-        return
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        parser.error(f"argument {option}: cannot write {path!r}: the folder {folder!r} does not exist")
-    if not os.access(folder, os.W_OK):
-        parser.error(f"argument {option}: cannot write {path!r}: the folder {folder!r} is not writable")
 
 
 def _version() -> str:
@@ -401,7 +391,7 @@ def _check_bench_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
                         f"argument --world-size: backend {name!r} runs world sizes "
                         f"{', '.join(map(str, loaded.world_sizes))}, got {ws}"
                     )
-    _check_writable(parser, "--json", args.json)
+    check_writable(parser, "--json", args.json)
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -783,12 +773,12 @@ def _main(argv: Sequence[str] | None) -> int:
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "chaos":
-        _check_writable(chaos, "--json", args.json)
+        check_writable(chaos, "--json", args.json)
     if args.command == "report" and args.report_command == "diff":
-        _check_writable(diff, "--md", args.md)
-        _check_writable(diff, "--html", args.html)
+        check_writable(diff, "--md", args.md)
+        check_writable(diff, "--html", args.html)
     if args.command == "report" and args.report_command == "html":
-        _check_writable(page, "--output", args.output)
+        check_writable(page, "--output", args.output)
     if args.command == "bench":
         workloads = perf_cli.wants_workloads(args)
         args.world_size_explicit = args.world_size is not None

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import shlex
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Any
 
 from harness.perf._extra import missing
 from harness.perf.workloads import WORKLOADS, Samples, Workload, workload
+from harness.system.paths import check_writable
 
 __all__ = ["add_arguments", "run"]
 
@@ -132,12 +132,7 @@ def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     for module, option in needs:
         if importlib.util.find_spec(module) is None:
             parser.error(f"argument {option}: {missing(module, option).args[0]}")
-    if args.plot:
-        folder = Path(args.plot).resolve().parent
-        if not folder.is_dir():
-            parser.error(f"argument --plot: cannot write {args.plot!r}: the folder {str(folder)!r} does not exist")
-        if not os.access(folder, os.W_OK):
-            parser.error(f"argument --plot: cannot write {args.plot!r}: the folder {str(folder)!r} is not writable")
+    check_writable(parser, "--plot", args.plot)
 
 
 def run(args: argparse.Namespace, out: Callable[[str], None] = print) -> int:

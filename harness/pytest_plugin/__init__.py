@@ -75,6 +75,7 @@ from harness.report import ClauseMatrix, machine_settings
 from harness.system.cpu import log_run_cpu, run_started
 from harness.system.load import start_up_scale
 from harness.system.nodes import unavailable_reason
+from harness.system.paths import unwritable
 from harness.system.reaper import Reaper
 
 if TYPE_CHECKING:
@@ -205,12 +206,9 @@ def _check_report_path(config: pytest.Config, option: str) -> None:
     path = config.getoption(option)
     if not path:
         return
-    folder = os.path.dirname(os.path.abspath(path))
-    flag = "--" + option.replace("_", "-")
-    if not os.path.isdir(folder):
-        raise pytest.UsageError(f"Invalid {flag} {path!r}: the folder {folder!r} does not exist")
-    if not os.access(folder, os.W_OK):
-        raise pytest.UsageError(f"Invalid {flag} {path!r}: the folder {folder!r} is not writable")
+    why = unwritable(path)
+    if why is not None:
+        raise pytest.UsageError(f"Invalid --{option.replace('_', '-')} {path!r}: {why}")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from harness.pytest_plugin.options import Options
+from harness.pytest_plugin.options import PROGRESS_VARIABLE, Options
 from harness.system import leaks, leftovers
 from harness.system.cpu import CPU_PROPERTY, cpu_so_far, log_test_cpu, logging_wanted
 from harness.system.leaks import SHM_DIR
@@ -363,9 +363,6 @@ class _PhaseCpu:
         self._last = now
         if call.when == "teardown":
             item.user_properties.append((CPU_PROPERTY, json.dumps(self._phases)))
-
-
-PROGRESS_VARIABLE = "HARNESS_PROGRESS_S"
 
 
 def progress_every_s() -> float:

@@ -17,6 +17,7 @@ import pytest
 from harness.backends import BackendUnavailableError, LoadedBackend, load_backend
 from harness.conformance._checks import NOT_APPLICABLE
 from harness.contract import CLAUSES, START_METHODS
+from harness.pytest_plugin.markers import CLAUSE
 
 __all__ = [
     "Options",
@@ -307,6 +308,8 @@ _ENV = {
     "harness_require_nodes": "HARNESS_REQUIRE_NODES",
     "harness_sample_others": "HARNESS_SAMPLE_OTHERS",
 }
+#: Read by isolation.progress_every_s where a test is watched, not with the options.
+PROGRESS_VARIABLE = "HARNESS_PROGRESS_S"
 _FLAGS = {"harness_require_nodes": "--harness-require-nodes", "harness_sample_others": "--harness-sample-others"}
 
 
@@ -327,8 +330,7 @@ def environment() -> dict[str, str]:
     found[CPU_LOG_ENV] = "a file each isolated test's CPU and wall time by phase is appended to (JSON lines)"
     # harness/executors/ray/__init__.py's SESSION_CLUSTER_ENV: imported, that module looks for Ray.
     found["HARNESS_RAY_SESSION_CLUSTER"] = "0: each Ray executor starts its own cluster, not one for the run"
-    # harness/pytest_plugin/isolation.py reads it as it is imported, and imports this module.
-    found["HARNESS_PROGRESS_S"] = "seconds after which, and as often again, a still-running test is named (30)"
+    found[PROGRESS_VARIABLE] = "seconds after which, and as often again, a still-running test is named (30)"
     return found
 
 
@@ -606,8 +608,8 @@ NO_BACKEND = (
 
 
 def clauses_of(item: pytest.Item) -> list[str]:
-    """The clause ids a test's ``clause`` markers name."""
-    return [c for m in item.iter_markers("harness_clause") for c in m.args]
+    """The clause ids a test's ``harness_clause`` markers name."""
+    return [c for m in item.iter_markers(CLAUSE) for c in m.args]
 
 
 def variant_of(item: pytest.Item) -> Variant | Unavailable | None:
