@@ -32,14 +32,14 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from harness.chaos.bounded import attempt, attempt_on_thread
 from harness.chaos.model import HANG_S, SHUTDOWN_BOUND_S, Echo, Model, Outcome, Violation
 from harness.conformance import probes
 from harness.conformance._checks import process_gone
 from harness.system.load import load_scale
-from harness.system.pids import visible
 
 if TYPE_CHECKING:
-    from harness.chaos.run import Run
+    from harness.chaos.state import Run
 
 #: Operations per example (Hypothesis may stop earlier, and shrinks to fewer).
 STEPS = 24
@@ -69,60 +69,6 @@ class Pending:
 
     def __init__(self, call: Echo, future: Any, seq: int, epoch: int) -> None:
         self.call, self.future, self.seq, self.epoch = call, future, seq, epoch
-
-
-class _Hung(BaseException):
-    """Raised in the main thread by the alarm of :func:`attempt`."""
-
-
-def attempt(fn: Callable[[], Any], bound: float, what: str) -> Outcome:
-    """``fn()``, waited for at most ``bound`` seconds: its outcome, or ``hung``.
-
-    On the main thread an alarm (SIGALRM) ends the wait: a call costs two system
-    calls more, where a watchdog thread per call cost 12 ms on a loaded 2-core
-    machine (measured), more than a call itself. Elsewhere, a watchdog thread."""
-    if threading.current_thread() is threading.main_thread():
-        return _attempt_with_alarm(fn, bound)
-    return attempt_on_thread(fn, bound, what)
-
-
-def attempt_on_thread(fn: Callable[[], Any], bound: float, what: str) -> Outcome:
-    """``fn()`` on a watchdog thread of its own, waited for at most ``bound`` seconds."""
-    box: list[Outcome] = []
-    start = time.monotonic()
-
-    def go() -> None:
-        try:
-            value = fn()
-            box.append(Outcome(value=value, seconds=time.monotonic() - start))
-        except BaseException as exc:  # noqa: BLE001 - the outcome under test
-            box.append(Outcome(error=exc, seconds=time.monotonic() - start))
-
-    thread = threading.Thread(target=go, name=f"harness-chaos: {what}"[:60], daemon=True)
-    thread.start()
-    thread.join(bound)
-    return box[0] if box else Outcome(hung=True, seconds=bound)
-
-
-def _attempt_with_alarm(fn: Callable[[], Any], bound: float) -> Outcome:
-    def ring(signum: int, frame: Any) -> None:
-        raise _Hung()
-
-    previous = signal.signal(signal.SIGALRM, ring)
-    start = time.monotonic()
-    try:
-        signal.setitimer(signal.ITIMER_REAL, max(bound, 0.001))
-        try:
-            value = fn()
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-        return Outcome(value=value, seconds=time.monotonic() - start)
-    except _Hung:
-        return Outcome(hung=True, seconds=time.monotonic() - start)
-    except Exception as exc:  # noqa: BLE001 - the outcome under test
-        return Outcome(error=exc, seconds=time.monotonic() - start)
-    finally:
-        signal.signal(signal.SIGALRM, previous)
 
 
 def _recorded(fn: Callable[..., None]) -> Callable[..., None]:
@@ -618,39 +564,8 @@ def machine_for(run: Run) -> type:
     return ChaosMachine
 
 
-def replay(machine_class: Any, steps: list[tuple[str, dict[str, Any]]]) -> tuple[Violation | None, list[str], int]:
-    """Run ``steps`` again on a fresh machine, outside Hypothesis: the violation they
-    meet (None if none), the operations done, and how many of the steps ran before it.
-    A step whose precondition no longer holds (a read with no future left) is passed
-    over, as Hypothesis would."""
-    machine = machine_class()
-    violation: Violation | None = None
-    ran = 0
-    try:
-        machine.start()
-        for name, kwargs in steps:
-            guard = machine_class.guards.get(name)
-            if guard is None or guard(machine):
-                getattr(machine, name)(**kwargs)
-            ran += 1
-    except Violation as found:
-        violation = found
-    finally:
-        try:
-            machine.teardown()
-        except Violation as found:
-            violation = violation or found
-            ran = len(steps)
-    return violation, list(machine.log), ran
-
-
 def _resume(pid: int) -> None:
     try:
         os.kill(pid, signal.SIGCONT)
     except OSError:
         pass
-
-
-def pids_in_sight(reported: list[Any]) -> list[int | None]:
-    """Each rank's pid as this process sees it (None: on a machine out of sight)."""
-    return [visible(int(pid), int(namespace)) for pid, namespace in reported]

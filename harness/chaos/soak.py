@@ -53,7 +53,7 @@ def soak(executor: Any, pids: list[int | None], seconds: float, rng: random.Rand
     judge, see the module's docstring): blocking, narrowed and batches of
     non_block calls read in random order, each judged; RSS, descriptors and threads
     sampled. Raises :class:`Violation` on a wrong call or growth over its bound."""
-    from harness.chaos.machine import attempt
+    from harness.chaos.bounded import attempt
     from harness.conformance import probes
 
     world_size = len(pids)

@@ -71,7 +71,7 @@ from harness.pytest_plugin.options import (
 )
 from harness.pytest_plugin.outcomes import MatrixCollector, tag_item
 from harness.pytest_plugin.parallel import ISOLATED_MARKER, run_side_by_side
-from harness.report import ClauseMatrix, machine_settings
+from harness.report import ClauseMatrix, machine_settings, terminal
 from harness.system.cpu import log_run_cpu, run_started
 from harness.system.load import start_up_scale
 from harness.system.nodes import unavailable_reason
@@ -785,7 +785,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     for key, value in matrix.settings.items():
         terminalreporter.write_line(f"{key}: {value}")
     terminalreporter.write_line("")
-    terminalreporter.write_line(matrix.render_terminal(config.get_terminal_writer().fullwidth))
+    terminalreporter.write_line(terminal.render(matrix, config.get_terminal_writer().fullwidth))
     collector = config.stash[collector_key]
     for failure in collector.unlisted_failures:
         terminalreporter.write_line(

@@ -215,12 +215,6 @@ class ClauseMatrix:
             out.append(f"{filtered} test results not run: filtered out of this run (-k, -m, --harness-sample)")
         return out
 
-    def render_terminal(self, width: int | None = None) -> str:
-        """The matrix for a terminal ``width`` wide (default: this terminal's); see ``terminal.py``."""
-        from harness.report import terminal
-
-        return terminal.render(self, width)
-
     def to_json(self) -> dict[str, Any]:
         return {
             "run": self.state,

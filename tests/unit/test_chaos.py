@@ -12,10 +12,11 @@ import pytest
 
 from harness.__main__ import main
 from harness.backends import load_backend
-from harness.chaos import run as chaos_run
 from harness.chaos import soak
+from harness.chaos import state as chaos_state
 from harness.chaos.model import Echo, Model, Outcome, Violation
-from harness.chaos.run import ChaosReport, Finding, Run, render
+from harness.chaos.run import ChaosReport, render
+from harness.chaos.state import Finding, Run
 from harness.contract import ExecutorConfig
 from harness.system import growth
 
@@ -242,7 +243,7 @@ def test_an_executor_start_gets_a_start_up_bound_stretched_with_the_load(monkeyp
     """The backend's own init_timeout_s stretches as the run's wait does (CI once
     read C10 for ray: 'could not initialise torch.distributed within 120 s' at 42.8 runnable per CPU)."""
     seen: list[ExecutorConfig] = []
-    monkeypatch.setattr(chaos_run, "start_up_scale", lambda: 6.0)
+    monkeypatch.setattr(chaos_state, "start_up_scale", lambda: 6.0)
     loaded = types.SimpleNamespace(name="records", factory=lambda config: seen.append(config) or "executor")
     run = Run(loaded, ExecutorConfig(world_size=2), 60, 0, 0.25, 30)  # type: ignore[arg-type]
     assert run.start_executor() == "executor"

@@ -14,7 +14,8 @@ import pytest
 from harness.__main__ import main
 from harness.backends import load_backend
 from harness.chaos import machine
-from harness.chaos.run import ChaosReport, Finding, Run, TimeUp, run_chaos
+from harness.chaos.run import ChaosReport, run_chaos
+from harness.chaos.state import Finding, Run, TimeUp
 from harness.contract import ExecutorConfig
 
 

@@ -1,5 +1,6 @@
 """The house in wings (docs/layout.md): every module of ``harness`` stands on a
-floor, and nothing imports a module of a higher floor.
+floor, nothing imports a module of a higher floor, and no modules import each
+other, directly or round a circle, on one floor either.
 
 ``FLOORS`` below is the one statement of the rule. Imports count wherever they
 are written: at the top, inside a function (the lazy ones), relative (``from .
@@ -166,3 +167,77 @@ def test_docs_layout_shows_the_floors_of_this_table() -> None:
     for row in re.findall(r"^\| (\d+) \|(.*)\|$", text, re.M):
         shown |= {name: int(row[0]) for name in re.findall(r"`(harness[\w.]*)`", row[1])}
     assert shown == FLOORS
+
+
+def import_graph(root: Path = HARNESS) -> dict[str, set[str]]:
+    """module -> the harness modules it imports (anywhere in its text, as ``imports_of`` reads them)."""
+    modules = modules_of(root)
+    known = set(modules)
+    return {
+        module: {name for _, name in imports_of(module, path.read_text(), known, path.name == "__init__.py")}
+        & known - {module}
+        for module, path in modules.items()
+    }
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Each set of modules that import one another round a circle (a strongly
+    connected component of two or more), sorted; Tarjan's algorithm, iterative."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            step = next(edges, None)
+            if step is not None:
+                if step not in index:
+                    index[step] = low[step] = len(index)
+                    stack.append(step)
+                    on_stack.add(step)
+                    work.append((step, iter(sorted(graph.get(step, ())))))
+                elif step in on_stack:
+                    low[node] = min(low[node], index[step])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    circles.append(sorted(component))
+    return sorted(circles)
+
+
+def test_no_modules_of_harness_import_one_another_round_a_circle() -> None:
+    # Lazy imports and those under TYPE_CHECKING count: each still ties the two
+    # modules' designs together, whatever order Python happens to load them in.
+    assert import_circles(import_graph()) == []
+
+
+def test_the_circle_check_finds_a_circle_of_two_and_of_three_and_nothing_in_a_chain() -> None:
+    graph = {
+        "a": {"b"},
+        "b": {"a", "c"},
+        "c": {"d"},
+        "d": {"e"},
+        "e": {"c"},
+        "f": {"a"},
+        "g": set(),
+    }
+    assert import_circles(graph) == [["a", "b"], ["c", "d", "e"]]
+    assert import_circles({"a": {"b"}, "b": {"c"}, "c": set()}) == []

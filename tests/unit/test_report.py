@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.report import ClauseMatrix, column_name
+from harness.report.terminal import render as render_terminal
 
 COL = column_name("mp", 2, "cpu")
 
@@ -50,7 +51,7 @@ def test_every_outcome_shows_distinctly_in_terminal_json_and_markdown(tmp_path: 
     m.add("C12", COL, "declared", "t12", "no finalizer")
     m.add("C13", COL, "not applicable", "t13", "every rank runs in the caller's process")
     m.add("C16", COL, "not run", "t16", "needs 2 GPUs, found 0")
-    terminal = m.render_terminal()
+    terminal = render_terminal(m)
     for clause, outcome in [
         ("C1", "pass"),
         ("C4", "FAIL"),
@@ -88,7 +89,7 @@ def test_a_backend_whose_every_cell_is_not_run_checked_nothing() -> None:
     assert m.only_not_run("dec"), "declarations and nothing to look at check nothing"
     assert m.not_run_reasons("ray") == ["ray is not installed"]
     m.not_checked["ray"] = "ray is not installed"
-    assert "NOTHING CHECKED for backend 'ray': ray is not installed" in m.render_terminal()
+    assert "NOTHING CHECKED for backend 'ray': ray is not installed" in render_terminal(m)
     assert m.to_json()["not_checked"] == {"ray": "ray is not installed"}
 
 
