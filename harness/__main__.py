@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from harness.run_options import RUN_OPTIONS, RunOption
 from harness.system.paths import check_writable
 
 #: The exit statuses of every subcommand: pytest's, since ``conform`` is pytest
@@ -106,8 +107,7 @@ def _conform(args: argparse.Namespace, pytest_args: list[str]) -> int:
         value = getattr(args, attr)
         if value:
             argv += [flag, str(value)]
-    if args.require_nodes:
-        argv.append("--harness-require-nodes")
+    argv += [flag for attr, flag in _FLAGS_PASSED_ON.items() if getattr(args, attr)]
     if not args.full and not args.sample and not args.submission:
         argv.append("--harness-sample-others")
     # A world size left out is the plugin's to find: HARNESS_WORLD_SIZE, else its
@@ -125,23 +125,21 @@ def _conform(args: argparse.Namespace, pytest_args: list[str]) -> int:
     return status
 
 
-#: conform's options that go to pytest as the plugin's, by the argparse dest.
+#: conform's options that go to pytest as the plugin's, by the argparse dest
+#: (--backend is given first, and flags alone).
 _PASSED_ON = {
-    "world_size": "--harness-world-size",
-    "start_method": "--harness-start-method",
-    "clause": "--harness-clause",
-    "declare": "--harness-declare",
-    "report_json": "--harness-report-json",
-    "report_md": "--harness-report-md",
-    "report_html": "--harness-report-html",
-    "test_logs": "--harness-test-logs",
-    "timeout": "--harness-timeout",
-    "jobs": "--harness-jobs",
-    "require_gpus": "--harness-require-gpus",
-    "nodes": "--harness-nodes",
-    "seed": "--harness-seed",
-    "k": "-k",
+    row.conform_dest: row.option for row in RUN_OPTIONS if row.conform and not row.flag and row.name != "backend"
 }
+_PASSED_ON["k"] = "-k"
+_FLAGS_PASSED_ON = {row.conform_dest: row.option for row in RUN_OPTIONS if row.conform and row.flag}
+
+
+def _add_run_option(parser: argparse.ArgumentParser, row: RunOption) -> None:
+    """conform's --NAME for the plugin's --harness-NAME: the same help (harness/run_options.py)."""
+    if row.flag:
+        parser.add_argument(row.short_form, action="store_true", help=row.help)
+    else:
+        parser.add_argument(row.short_form, required=row.name == "backend", help=row.help)
 
 
 def _pytest_fixed_args(here: str) -> list[str]:
@@ -191,8 +189,10 @@ def _conform_epilog() -> str:
         "  python -m pytest " + " ".join(_pytest_fixed_args("<suite>")).replace(os.devnull, "/dev/null"),
         "  with --harness-backend BACKEND, then:",
     ]
-    passed = {f"--{attr.replace('_', '-')}" if len(attr) > 1 else f"-{attr}": flag for attr, flag in _PASSED_ON.items()}
-    passed["--require-nodes"] = "--harness-require-nodes"
+    passed = {
+        f"--{attr.replace('_', '-')}" if len(attr) > 1 else f"-{attr}": flag
+        for attr, flag in (_PASSED_ON | _FLAGS_PASSED_ON).items()
+    }
     lines += [f"  {option:<16} -> {flag}" for option, flag in passed.items()]
     lines += [
         "  -k with --sample: the sample's expression and -k's; neither --full, --sample nor --submission:",
@@ -595,48 +595,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERNAL_ERROR
 
 
-def _main(argv: Sequence[str] | None) -> int:
-    parser = _Parser(prog=PROG, description=__doc__, epilog=exit_statuses("a negative verdict (see each command)"))
-    parser.add_argument("--version", action="version", version=_version())
-    sub = parser.add_subparsers(dest="command", required=True)
+def _add_conform(sub: argparse._SubParsersAction[_Parser]) -> argparse.ArgumentParser:
+    """``conform``: its options are the run's (harness/run_options.py) and its own."""
     conform = sub.add_parser("conform", help="run the conformance suite against a backend and print the matrix")
-    conform.add_argument("--backend", required=True, help="built-in name(s), 'module:attr', or entry point(s)")
-    conform.add_argument("--world-size", help="comma-separated world sizes (default: HARNESS_WORLD_SIZE, else 1,2,4)")
-    conform.add_argument(
-        "--start-method",
-        help="comma-separated start methods, each at every world size (default: all a backend supports: "
-        "its first at every world size, the others at one, 2 where selected)",
-    )
-    conform.add_argument("--clause", help="only these clauses, by exact id, e.g. C1,C4")
-    conform.add_argument("--declare", help="clauses to treat as declared unsupported, e.g. C12,C22")
-    conform.add_argument("--require-gpus", help="fail, not skip, GPU tests needing at most N GPUs when fewer exist")
-    conform.add_argument(
-        "--nodes",
-        help="comma-separated node counts (default 1): above 1, each backend that declares the count runs "
-        "across that many nodes; the others read not applicable",
-    )
-    conform.add_argument(
-        "--require-nodes",
-        action="store_true",
-        help="fail, not read not run, multi-node variants that cannot run here (no root for network namespaces)",
-    )
-    conform.add_argument("--seed", help="seed of the tensor-parallel checks' weights and inputs (default 0)")
-    conform.add_argument("--report-json", help="write the matrix as JSON to this path")
-    conform.add_argument("--report-md", help="write the matrix as Markdown to this path")
-    conform.add_argument(
-        "--report-html", help="write the matrix as one self-contained HTML page (each cell's evidence a click away)"
-    )
-    conform.add_argument("--test-logs", help="write each test's own log into this folder")
+    for row in RUN_OPTIONS:
+        if row.conform:
+            _add_run_option(conform, row)
     conform.add_argument(
         "--submission",
         help="write a conformance submission into this new or empty folder: the log, JUnit, JSON and HTML "
         "reports, each test's log, submission.json and SHA256SUMS (check it: python -m harness verify DIR)",
-    )
-    conform.add_argument("--timeout", help="seconds before a test is killed with its processes (default 300)")
-    conform.add_argument(
-        "--jobs",
-        help="isolated tests to run side by side, each in its own process group: a number, or 'auto' "
-        "(the default: twice the CPU count, at most 8)",
     )
     conform.add_argument("-k", help="only tests matching this pytest -k expression")
     conform.add_argument(
@@ -652,6 +620,13 @@ def _main(argv: Sequence[str] | None) -> int:
     )
     conform.set_defaults(func=_conform)
     conform.epilog_factory = _conform_epilog
+    return conform
+
+
+def _add_bench(sub: argparse._SubParsersAction[_Parser]) -> argparse.ArgumentParser:
+    """``bench``: yardsticks, and the workloads' options (harness/perf/cli.py)."""
+    from harness.perf import cli as perf_cli
+
     bench = sub.add_parser(
         "bench",
         help="latency: an empty collective_rpc against yardsticks; workloads against a stored baseline, or A/B",
@@ -666,13 +641,16 @@ def _main(argv: Sequence[str] | None) -> int:
     bench.add_argument("--iters", type=_positive_int, default=2000, help="timed calls per measurement (default 2000)")
     bench.add_argument("--quick", action="store_true", help="500 calls per measurement, 2 s idle check")
     bench.add_argument("--json", help="write the figures as JSON to this path")
-    from harness.perf import cli as perf_cli
-
     perf_cli.add_arguments(bench)
     bench.set_defaults(func=_bench)
     bench.epilog = exit_statuses(
         "a gate metric significantly slower: B than A (--compare), or this run than the stored baseline"
     )
+    return bench
+
+
+def _add_chaos(sub: argparse._SubParsersAction[_Parser]) -> argparse.ArgumentParser:
+    """``chaos``: the schedule's seed, length and budget, the soak's share."""
     chaos = sub.add_parser(
         "chaos",
         help="a seeded random schedule of calls and faults judged against SPEC.md, then a soak; "
@@ -713,8 +691,11 @@ def _main(argv: Sequence[str] | None) -> int:
     chaos.add_argument("--json", help="write the report as JSON to this path")
     chaos.set_defaults(func=_chaos)
     chaos.epilog = exit_statuses("a violation of SPEC.md was found")
-    from harness.contract import SHIPPED_DOCS
+    return chaos
 
+
+def _add_verify(sub: argparse._SubParsersAction[_Parser]) -> argparse.ArgumentParser:
+    """``verify``: a submission's folder."""
     verify = sub.add_parser(
         "verify",
         help="check a conformance submission: conformant, partial or not conformant; exit 0 only if conformant",
@@ -722,6 +703,11 @@ def _main(argv: Sequence[str] | None) -> int:
     verify.add_argument("submission", help="the folder conform --submission wrote")
     verify.set_defaults(func=_verify)
     verify.epilog = exit_statuses("not conformant, or partial")
+    return verify
+
+
+def _add_report(sub: argparse._SubParsersAction[_Parser]) -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """``report diff`` and ``report html``: returns those two parsers."""
     report = sub.add_parser("report", help="read JSON reports: the cells that changed between two, or one as HTML")
     report_sub = report.add_subparsers(dest="report_command", required=True)
     diff = report_sub.add_parser(
@@ -739,10 +725,22 @@ def _main(argv: Sequence[str] | None) -> int:
     report.epilog = exit_statuses("report diff: a cell got worse")
     diff.epilog = exit_statuses("a cell got worse")
     page.epilog = exit_statuses(None)
+    return diff, page
+
+
+def _add_docs(sub: argparse._SubParsersAction[_Parser]) -> argparse.ArgumentParser:
+    """``docs``: the shipped documents."""
+    from harness.contract import SHIPPED_DOCS
+
     docs = sub.add_parser("docs", help="where the contract (SPEC.md) and the implementers' guide are; or print one")
     docs.add_argument("name", nargs="?", choices=SHIPPED_DOCS, help="print this document")
     docs.set_defaults(func=_docs)
     docs.epilog = exit_statuses(None)
+    return docs
+
+
+def _add_cluster(sub: argparse._SubParsersAction[_Parser]) -> argparse.ArgumentParser:
+    """``cluster``: a simulated Ray cluster around a command."""
     cluster = sub.add_parser(
         "cluster",
         help="run a command (default: a shell) as a driver of a multi-node Ray cluster simulated on this machine",
@@ -757,6 +755,20 @@ def _main(argv: Sequence[str] | None) -> int:
         f"status is the command's; {EXIT_INTERRUPTED} when interrupted, {EXIT_NOTHING_RUN} where simulated "
         "nodes cannot be made here.",
     )
+    return cluster
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    parser = _Parser(prog=PROG, description=__doc__, epilog=exit_statuses("a negative verdict (see each command)"))
+    parser.add_argument("--version", action="version", version=_version())
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_conform(sub)
+    bench = _add_bench(sub)
+    chaos = _add_chaos(sub)
+    _add_verify(sub)
+    diff, page = _add_report(sub)
+    _add_docs(sub)
+    cluster = _add_cluster(sub)
     argv = list(sys.argv[1:] if argv is None else argv)
     after = argv.index("--") if "--" in argv else len(argv)
     argv, command = argv[:after], argv[after + 1 :]
@@ -780,6 +792,8 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.command == "report" and args.report_command == "html":
         check_writable(page, "--output", args.output)
     if args.command == "bench":
+        from harness.perf import cli as perf_cli
+
         workloads = perf_cli.wants_workloads(args)
         args.world_size_explicit = args.world_size is not None
         if args.world_size is None:

@@ -18,6 +18,7 @@ from harness.backends import BackendUnavailableError, LoadedBackend, load_backen
 from harness.conformance._checks import NOT_APPLICABLE
 from harness.contract import CLAUSES, START_METHODS
 from harness.pytest_plugin.markers import CLAUSE
+from harness.run_options import INI_ONLY, RUN_OPTIONS, run_option
 
 __all__ = [
     "Options",
@@ -34,48 +35,6 @@ __all__ = [
 
 _DEFAULT_WORLD_SIZES = "1,2,4"
 _DEFAULT_TIMEOUT_S = 300.0
-
-HELP_BACKEND = (
-    "backends under test, comma-separated: built-in names (uni, mp, ray, ...), "
-    "'module:attr' factories, or harness.backends entry points"
-)
-HELP_WORLD_SIZE = "world sizes to run, comma-separated (default 1,2,4; each backend keeps those it supports)"
-HELP_BACKEND_WORLD_SIZES = (
-    "world sizes for particular backends, or a backend with one start method, e.g. 'ray=2' or "
-    "'ray=2,4; mp=1,2; mp/fork=2' (ini only); used when no world size is given on the command line "
-    "or in HARNESS_WORLD_SIZE"
-)
-HELP_SAMPLE = (
-    "backends, or a backend with one start method, that run one test of every clause "
-    "(harness/conformance/sample.py) instead of every test, e.g. 'mp/spawn,mp/forkserver' "
-    "(for a short run: the others run in full)"
-)
-HELP_START_METHOD = (
-    "start methods to run, comma-separated, each at every world size (default: every one a backend "
-    "supports: its first at every world size, the others at one, 2 where selected)"
-)
-HELP_DECLARE = "clauses to treat as declared unsupported for every backend, comma-separated (e.g. C12,C22)"
-HELP_TIMEOUT = "seconds after which an isolated test is killed with its process group (default 300)"
-HELP_ISOLATE = "run each (test, backend) pair in a fresh forked process (default on; 'no' to run in-process)"
-
-HELP_NODES = (
-    "node counts to run, comma-separated (default 1): a count above 1 runs each backend that declares it "
-    "across that many simulated nodes (a Ray cluster in network namespaces; needs root), or across the "
-    "real cluster RAY_ADDRESS names; a backend that does not declare it reads not applicable"
-)
-HELP_SAMPLE_OTHERS = (
-    "where the start methods are the default, a backend's other start methods run the sample "
-    "(one test of every clause, harness/conformance/sample.py); its first runs every test "
-    "(python -m harness conform does this unless given --full)"
-)
-HELP_REQUIRE_NODES = (
-    "fail, instead of reading not run, the multi-node variants that cannot run here "
-    "(no root for network namespaces): a multi-node runner that lost them must not read green"
-)
-HELP_REQUIRE_GPUS = (
-    "fail, instead of skipping, GPU tests that need at most N GPUs when the machine has fewer "
-    "(a GPU runner that lost its GPUs must not read green)"
-)
 
 
 def nodes_suffix(nodes: int) -> str:
@@ -188,79 +147,21 @@ def secondary_world_size(sizes: list[int]) -> int:
     return min(above_one) if above_one else min(sizes)
 
 
-HELP_JOBS = (
-    "isolated tests to run side by side, each in its own process group: a number, or 'auto' "
-    "(the default: twice the CPU count, at most 8); tests marked harness_exclusive run alone"
-)
-HELP_SEED = (
-    "the seed of the tensor-parallel checks' weights and inputs (default 0); a failure prints it, "
-    "so the same run replays"
-)
-HELP_EXPECTED = (
-    "a file of known failures ('<test id pattern>  <clause>: <reason>' per line), run as strict xfails "
-    "for every backend; a backend may name its own (its factory's expected_failures)"
-)
-HELP_CLAUSE = "only the tests of these clauses, by exact id, comma-separated (e.g. C1,C4)"
-
-#: (option, its short form where no other plugin or conftest has it, dest, help)
-_OPTIONS = (
-    ("--harness-backend", "--backend", "harness_backend", HELP_BACKEND),
-    ("--harness-world-size", "--world-size", "harness_world_size", HELP_WORLD_SIZE),
-    ("--harness-start-method", "--start-method", "harness_start_method", HELP_START_METHOD),
-    ("--harness-clause", "--clause", "harness_clause", HELP_CLAUSE),
-    ("--harness-declare", "--declare", "harness_declare", HELP_DECLARE),
-    ("--harness-timeout", None, "harness_timeout", HELP_TIMEOUT),
-    ("--harness-isolate", "--isolate", "harness_isolate", HELP_ISOLATE),
-    ("--harness-jobs", "--jobs", "harness_jobs", HELP_JOBS),
-    ("--harness-require-gpus", "--require-gpus", "harness_require_gpus", HELP_REQUIRE_GPUS),
-    ("--harness-nodes", "--nodes", "harness_nodes", HELP_NODES),
-    ("--harness-seed", "--seed", "harness_seed", HELP_SEED),
-    ("--harness-expected-failures", "--expected-failures", "harness_expected_failures", HELP_EXPECTED),
-    ("--harness-sample", None, "harness_sample", HELP_SAMPLE),
-    ("--harness-report-json", "--report-json", "harness_report_json", "write the clause matrix as JSON to this path"),
-    ("--harness-report-md", "--report-md", "harness_report_md", "write the clause matrix as Markdown to this path"),
-    (
-        "--harness-test-logs",
-        "--test-logs",
-        "harness_test_logs",
-        "write each test's own log (its reports, failure text and output) into this folder",
-    ),
-    (
-        "--harness-report-html",
-        "--report-html",
-        "harness_report_html",
-        "write the clause matrix as one self-contained HTML page, each cell's evidence a click away",
-    ),
-)
-HELP_KEEP_LEFTOVERS = (
-    "keep what each test's processes left (segments, semaphores, files in its temporary folder) for debugging, "
-    "instead of removing it after the test (they are reported either way)"
-)
 _GROUP = "harness"
 
 
 def add_options(parser: pytest.Parser) -> None:
     """Register the harness options (all prefixed ``--harness-``) and their ini twins."""
     group = parser.getgroup(_GROUP, "executor conformance")
-    for option, _, dest, help_text in _OPTIONS:
-        group.addoption(option, dest=dest, default=None, help=help_text)
-    group.addoption(
-        "--harness-require-nodes", dest="harness_require_nodes", action="store_true", help=HELP_REQUIRE_NODES
-    )
-    group.addoption(
-        "--harness-keep-leftovers", dest="harness_keep_leftovers", action="store_true", help=HELP_KEEP_LEFTOVERS
-    )
-    group.addoption(
-        "--harness-sample-others", dest="harness_sample_others", action="store_true", help=HELP_SAMPLE_OTHERS
-    )
-    parser.addini("harness_backends", HELP_BACKEND, default="")
-    parser.addini("harness_world_sizes", HELP_WORLD_SIZE, default="")
-    parser.addini("harness_backend_world_sizes", HELP_BACKEND_WORLD_SIZES, default="")
-    parser.addini("harness_start_methods", HELP_START_METHOD, default="")
-    parser.addini("harness_timeout", HELP_TIMEOUT, default="")
-    parser.addini("harness_jobs", HELP_JOBS, default="")
-    parser.addini("harness_sample", HELP_SAMPLE, default="")
-    parser.addini("harness_nodes", HELP_NODES, default="")
+    for row in RUN_OPTIONS:
+        if row.flag:
+            group.addoption(row.option, dest=row.dest, action="store_true", help=row.help)
+        else:
+            group.addoption(row.option, dest=row.dest, default=None, help=row.help)
+        if row.ini:
+            parser.addini(row.ini, row.help, default="")
+    for key, help_text in INI_ONLY.items():
+        parser.addini(key, help_text, default="")
 
 
 def add_short_forms(parser: pytest.Parser) -> list[str]:
@@ -270,18 +171,13 @@ def add_short_forms(parser: pytest.Parser) -> list[str]:
     taken = {name for opt in _all_options(parser) for name in opt.names()}
     group = parser.getgroup(_GROUP)
     added = []
-    for option, short, dest, _ in _OPTIONS:
-        if short and short not in taken:
-            group.addoption(short, dest=dest, default=None, help=f"short for {option}")
-            added.append(short)
-    if "--require-nodes" not in taken:
-        group.addoption(
-            "--require-nodes",
-            dest="harness_require_nodes",
-            action="store_true",
-            help="short for --harness-require-nodes",
-        )
-        added.append("--require-nodes")
+    for row in RUN_OPTIONS:
+        if row.short and row.short_form not in taken:
+            if row.flag:
+                group.addoption(row.short_form, dest=row.dest, action="store_true", help=f"short for {row.option}")
+            else:
+                group.addoption(row.short_form, dest=row.dest, default=None, help=f"short for {row.option}")
+            added.append(row.short_form)
     return added
 
 
@@ -291,31 +187,13 @@ def _all_options(parser: pytest.Parser) -> list[Any]:
     return [opt for group in groups for opt in group.options]
 
 
-#: The environment variable of each setting that has one, by the option's dest:
-#: what parse_options reads, and what ``python -m harness conform --help`` lists.
-_ENV = {
-    "harness_backend": "HARNESS_BACKEND",
-    "harness_world_size": "HARNESS_WORLD_SIZE",
-    "harness_start_method": "HARNESS_START_METHOD",
-    "harness_timeout": "HARNESS_TIMEOUT",
-    "harness_clause": "HARNESS_CLAUSE",
-    "harness_require_gpus": "HARNESS_REQUIRE_GPUS",
-    "harness_seed": "HARNESS_SEED",
-    "harness_jobs": "HARNESS_JOBS",
-    "harness_sample": "HARNESS_SAMPLE",
-    "harness_nodes": "HARNESS_NODES",
-    "harness_expected_failures": "HARNESS_EXPECTED_FAILURES",
-    "harness_require_nodes": "HARNESS_REQUIRE_NODES",
-    "harness_sample_others": "HARNESS_SAMPLE_OTHERS",
-}
 #: Read by isolation.progress_every_s where a test is watched, not with the options.
 PROGRESS_VARIABLE = "HARNESS_PROGRESS_S"
-_FLAGS = {"harness_require_nodes": "--harness-require-nodes", "harness_sample_others": "--harness-sample-others"}
 
 
 def option_names() -> list[str]:
     """Every option of the plugin, by its long name (``--harness-...``)."""
-    return [option for option, _, _, _ in _OPTIONS] + [*_FLAGS.values(), "--harness-keep-leftovers"]
+    return [row.option for row in RUN_OPTIONS]
 
 
 def environment() -> dict[str, str]:
@@ -323,8 +201,7 @@ def environment() -> dict[str, str]:
     from harness.conformance._spec_bounds import EXACT_ENV
     from harness.system.cpu import CPU_LOG_ENV
 
-    options = {dest: option for option, _, dest, _ in _OPTIONS} | _FLAGS
-    found = {env: f"as {options[dest]}" + (" (1 or 0)" if dest in _FLAGS else "") for dest, env in _ENV.items()}
+    found = {row.env: f"as {row.option}" + (" (1 or 0)" if row.flag else "") for row in RUN_OPTIONS if row.env}
     found["PYTEST_TIMEOUT"] = "pytest-timeout's: the timeout of each test where --harness-timeout is not given"
     found[EXACT_ENV] = "1: SPEC.md's time bounds are exact, not stretched on a loaded machine"
     found[CPU_LOG_ENV] = "a file each isolated test's CPU and wall time by phase is appended to (JSON lines)"
@@ -334,10 +211,11 @@ def environment() -> dict[str, str]:
     return found
 
 
-def _setting(config: pytest.Config, option: str, ini: str, default: str) -> tuple[str, str]:
+def _setting(config: pytest.Config, dest: str, default: str) -> tuple[str, str]:
     """Command line > environment > ini > default, with where the value came from."""
-    env = _ENV[option]
-    value = config.getoption(option)
+    row = run_option(dest)
+    env, ini = row.env or "", row.ini
+    value = config.getoption(dest)
     if value is not None:
         return str(value), "the command line"
     if os.environ.get(env):
@@ -352,10 +230,10 @@ def _split(value: str) -> list[str]:
 
 
 def parse_options(config: pytest.Config) -> Options:
-    backends, backends_where = _setting(config, "harness_backend", "harness_backends", "")
-    ws_text, ws_where = _setting(config, "harness_world_size", "harness_world_sizes", _DEFAULT_WORLD_SIZES)
-    sm_text, sm_where = _setting(config, "harness_start_method", "harness_start_methods", ",".join(START_METHODS))
-    to_text, to_where = _setting(config, "harness_timeout", "harness_timeout", str(_DEFAULT_TIMEOUT_S))
+    backends, backends_where = _setting(config, "harness_backend", "")
+    ws_text, ws_where = _setting(config, "harness_world_size", _DEFAULT_WORLD_SIZES)
+    sm_text, sm_where = _setting(config, "harness_start_method", ",".join(START_METHODS))
+    to_text, to_where = _setting(config, "harness_timeout", str(_DEFAULT_TIMEOUT_S))
     if to_where == "the default":
         to_text, to_where = _pytest_timeout(config) or (to_text, to_where)
     world_sizes = _world_sizes(ws_text, ws_where)
@@ -386,17 +264,17 @@ def parse_options(config: pytest.Config) -> Options:
         _clause_ids(config.getoption("harness_declare") or "", "--harness-declare"),
         "declared unsupported with --declare",
     )
-    cl_text, cl_where = _setting(config, "harness_clause", "", "")
+    cl_text, cl_where = _setting(config, "harness_clause", "")
     clauses = _clause_ids(cl_text, cl_where)
-    gpus_text, gpus_where = _setting(config, "harness_require_gpus", "", "0")
+    gpus_text, gpus_where = _setting(config, "harness_require_gpus", "0")
     if not gpus_text.strip().isdigit():
         raise pytest.UsageError(f"Invalid GPU count {gpus_text!r} from {gpus_where}: expected an integer >= 0")
-    seed_text, seed_where = _setting(config, "harness_seed", "", "0")
+    seed_text, seed_where = _setting(config, "harness_seed", "0")
     if not seed_text.strip().isdigit():
         raise pytest.UsageError(f"Invalid seed {seed_text!r} from {seed_where}: expected an integer >= 0")
-    jobs_text, jobs_where = _setting(config, "harness_jobs", "harness_jobs", "auto")
+    jobs_text, jobs_where = _setting(config, "harness_jobs", "auto")
     jobs = _jobs(jobs_text, jobs_where)
-    sample_text, sample_where = _setting(config, "harness_sample", "harness_sample", "")
+    sample_text, sample_where = _setting(config, "harness_sample", "")
     sample = _split(sample_text)
     for selector in sample:
         backend, slash, method = selector.partition("/")
@@ -412,11 +290,11 @@ def parse_options(config: pytest.Config) -> Options:
                 f"Invalid sample selector {selector!r} from {sample_where}: {backend!r} is not a backend "
                 f"of this run ({backends or 'none'}, from {backends_where})"
             )
-    nodes_text, nodes_where = _setting(config, "harness_nodes", "harness_nodes", "1")
+    nodes_text, nodes_where = _setting(config, "harness_nodes", "1")
     nodes = _node_counts(nodes_text, nodes_where)
     _check_node_counts(_split(backends), nodes, nodes_where, world_sizes, ws_where, per_backend)
-    require_nodes = bool(config.getoption("harness_require_nodes")) or _flag_env(_ENV["harness_require_nodes"])
-    sample_others = bool(config.getoption("harness_sample_others")) or _flag_env(_ENV["harness_sample_others"])
+    require_nodes = _flag(config, "harness_require_nodes")
+    sample_others = _flag(config, "harness_sample_others")
     isolate_text = (config.getoption("harness_isolate") or "yes").lower()
     if isolate_text not in ("yes", "no"):
         raise pytest.UsageError(f"Invalid --isolate {isolate_text!r} from the command line: expected yes or no")
@@ -482,6 +360,11 @@ def _check_node_counts(
                 )
 
 
+def _flag(config: pytest.Config, dest: str) -> bool:
+    """A flag: given on the command line, or its environment variable 1."""
+    return bool(config.getoption(dest)) or _flag_env(run_option(dest).env or "")
+
+
 def _flag_env(name: str) -> bool:
     value = os.environ.get(name, "").strip().lower()
     if value in ("", "0", "no", "false"):
@@ -492,7 +375,7 @@ def _flag_env(name: str) -> bool:
 
 
 def _expected_failures(config: pytest.Config) -> tuple[str, str] | None:
-    path, where = _setting(config, "harness_expected_failures", "", "")
+    path, where = _setting(config, "harness_expected_failures", "")
     return (path, where) if path else None
 
 
