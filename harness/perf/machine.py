@@ -25,6 +25,7 @@ from typing import Any
 
 from harness.perf import _fields
 from harness.perf._fields import FieldError
+from harness.system.gpus import visible_gpus
 
 __all__ = ["FINGERPRINT_FIELDS", "NOT_INSTALLED", "Fingerprint", "git_commit", "machine_fingerprint", "now"]
 
@@ -132,22 +133,13 @@ def _gpus() -> tuple[str, ...]:
     """The GPUs' model names, found without initialising CUDA in this process.
 
     A process that has initialised CUDA cannot fork workers that use it, so
-    the names come from ``nvidia-smi`` or, failing that, from torch in a
-    child process, and only where a GPU device node exists at all.
+    the names come from ``nvidia-smi`` (``harness.system.gpus``: the GPUs
+    ``CUDA_VISIBLE_DEVICES`` leaves, the suite's own count) or, failing that,
+    from torch in a child process, and only where a GPU device node exists at all.
     """
-    smi = shutil.which("nvidia-smi")
-    if smi:
-        try:
-            out = subprocess.run(
-                [smi, "--query-gpu=name", "--format=csv,noheader"],
-                capture_output=True,
-                text=True,
-                timeout=30,
-                check=True,
-            ).stdout
-            return tuple(line.strip() for line in out.splitlines() if line.strip())
-        except (OSError, subprocess.SubprocessError):
-            pass
+    names = visible_gpus()
+    if names:
+        return tuple(names)
     has_node = any(Path(p).exists() for p in ("/dev/nvidiactl", "/dev/kfd"))
     if has_node and _version("torch") != NOT_INSTALLED:
         try:

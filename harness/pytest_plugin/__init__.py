@@ -31,8 +31,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import shutil
-import subprocess
 from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -73,6 +71,7 @@ from harness.pytest_plugin.outcomes import MatrixCollector, tag_item
 from harness.pytest_plugin.parallel import ISOLATED_MARKER, run_side_by_side
 from harness.report import ClauseMatrix, machine_settings, terminal
 from harness.system.cpu import log_run_cpu, run_started
+from harness.system.gpus import gpu_count
 from harness.system.load import start_up_scale
 from harness.system.nodes import unavailable_reason
 from harness.system.paths import unwritable
@@ -450,21 +449,6 @@ def executor(
     elif again:
         request.node.user_properties.append((LEAK_PROPERTY, LEAK_CLAUSE))
         pytest.fail(f"{backend.name}: the executor leaked after shutdown: " + "; ".join(again), pytrace=False)
-
-
-def gpu_count() -> int:
-    """CUDA GPUs on this machine, found without initialising CUDA in this process."""
-    if shutil.which("nvidia-smi") is None:
-        return 0
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=False).stdout
-    except (OSError, subprocess.SubprocessError):
-        return 0
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    found = sum(1 for line in out.splitlines() if line.startswith("GPU "))
-    if visible is not None:
-        found = min(found, len([v for v in visible.split(",") if v.strip()]))
-    return found
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -6,17 +6,32 @@ pytest process must not initialise CUDA to find out (a process forked from one
 that did cannot use CUDA), so this reads NVML through ``nvidia-ml-py`` where it
 is installed, else ``nvidia-smi``'s CSV queries: both see every process on the
 GPU, not only this one's.
+
+How many GPUs a run has is ``gpu_count()``, the one count the plugin's GPU
+skips and the perf tier's machine fingerprint both read: the GPUs that CUDA
+would show this process, ``CUDA_VISIBLE_DEVICES`` honoured as CUDA reads it
+(indices or UUID prefixes, in its order, up to the first it cannot match).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["GpuState", "device_sharing", "gpu_states", "parse_smi", "release_problems"]
+__all__ = [
+    "GpuState",
+    "device_sharing",
+    "gpu_count",
+    "gpu_states",
+    "parse_smi",
+    "release_problems",
+    "visible",
+    "visible_gpus",
+]
 
 #: GPU memory an executor may leave in use after shutdown() (another tenant's
 #: allocations on a shared GPU move too): less than one CUDA context (~500 MiB).
@@ -71,6 +86,55 @@ def _from_smi() -> list[GpuState]:
     if shutil.which("nvidia-smi") is None:
         return []
     return parse_smi(_smi("gpu", "index,uuid,memory.used"), _smi("compute-apps", "gpu_uuid,pid"))
+
+
+#: A GPU as ``nvidia-smi --query-gpu=index,uuid,name`` lists it.
+ListedGpu = tuple[int, str, str]
+
+
+def visible_gpus() -> list[str]:
+    """The model names of the GPUs CUDA would show this process, in its order; [] without nvidia-smi."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        listed = _listed(_smi("gpu", "index,uuid,name"))
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [name for _, _, name in visible(listed, os.environ.get("CUDA_VISIBLE_DEVICES"))]
+
+
+def gpu_count() -> int:
+    """How many GPUs CUDA would show this process, found without initialising CUDA here."""
+    return len(visible_gpus())
+
+
+def _listed(csv: str) -> list[ListedGpu]:
+    out = []
+    for line in csv.splitlines():
+        parts = [p.strip() for p in line.split(",", 2)]
+        if len(parts) == 3 and parts[0].isdigit():
+            out.append((int(parts[0]), parts[1], parts[2]))
+    return out
+
+
+def visible(gpus: list[ListedGpu], cuda_visible_devices: str | None) -> list[ListedGpu]:
+    """The GPUs of ``gpus`` that ``CUDA_VISIBLE_DEVICES`` leaves, in its order: each
+    entry an index or a UUID's prefix; as CUDA does, the list ends at the first
+    entry that matches no GPU, matches two, or repeats one (unset: every GPU)."""
+    if cuda_visible_devices is None:
+        return list(gpus)
+    out: list[ListedGpu] = []
+    for entry in (e.strip() for e in cuda_visible_devices.split(",")):
+        if entry.isdigit():
+            match = [g for g in gpus if g[0] == int(entry)]
+        elif entry.startswith("GPU-"):
+            match = [g for g in gpus if g[1].startswith(entry)]
+        else:
+            match = []
+        if len(match) != 1 or match[0] in out:
+            break
+        out.append(match[0])
+    return out
 
 
 def parse_smi(gpus_csv: str, apps_csv: str) -> list[GpuState]:

@@ -55,3 +55,37 @@ def test_no_gpu_and_no_tools_is_an_empty_list(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(gpus.shutil, "which", lambda name: None)
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml raises ImportError
     assert gpus.gpu_states() == []
+
+
+LISTED = [(0, "GPU-aaa1", "NVIDIA H100"), (1, "GPU-bbb2", "NVIDIA H100"), (2, "GPU-abc3", "NVIDIA H200")]
+
+
+@pytest.mark.parametrize(
+    "cuda_visible_devices, indices",
+    [
+        (None, [0, 1, 2]),
+        ("", []),
+        ("2,0", [2, 0]),
+        ("GPU-bbb,0", [1, 0]),
+        ("1,7,0", [1]),  # no GPU 7: CUDA stops there
+        ("GPU-a", []),  # the prefix of two GPUs' UUIDs
+        ("0,0,1", [0]),  # a repeat ends the list
+        ("0, 2", [0, 2]),
+        ("MIG-x", []),
+    ],
+)
+def test_the_visible_gpus_are_those_cuda_visible_devices_leaves_in_its_order(
+    cuda_visible_devices: str | None, indices: list[int]
+) -> None:
+    assert [g[0] for g in gpus.visible(LISTED, cuda_visible_devices)] == indices
+
+
+def test_the_gpu_count_is_the_visible_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gpus, "_smi", lambda query, fields: "0, GPU-aaa1, NVIDIA H100\n1, GPU-bbb2, NVIDIA H100\n")
+    monkeypatch.setattr(gpus.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert gpus.gpu_count() == 1
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert gpus.gpu_count() == 2
+    monkeypatch.setattr(gpus.shutil, "which", lambda name: None)
+    assert gpus.gpu_count() == 0

@@ -102,14 +102,22 @@ def test_a_missing_gpu_is_none(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (machine_fingerprint().gpu_model, machine_fingerprint().gpu_count) == ("none", 0)
 
 
-def test_gpus_are_read_from_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gpus_are_read_from_nvidia_smi_as_cuda_visible_devices_leaves_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     smi = tmp_path / "nvidia-smi"
-    smi.write_text("#!/bin/sh\nprintf 'NVIDIA H200\\nNVIDIA H200\\n'\n")
+    smi.write_text(
+        "#!/bin/sh\nprintf '0, GPU-aaa, NVIDIA H200\\n1, GPU-bbb, NVIDIA H200\\n2, GPU-ccc, NVIDIA H100\\n'\n"
+    )
     smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     machine_module._gpus.cache_clear()
     try:
-        assert machine_module._gpus() == ("NVIDIA H200", "NVIDIA H200")
+        assert machine_module._gpus() == ("NVIDIA H200", "NVIDIA H200", "NVIDIA H100")
+        machine_module._gpus.cache_clear()
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
+        assert machine_module._gpus() == ("NVIDIA H100",)
     finally:
         machine_module._gpus.cache_clear()
 
