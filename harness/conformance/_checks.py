@@ -20,28 +20,22 @@ from typing import Any, NoReturn, TypeVar
 import psutil
 import pytest
 
-T = TypeVar("T")
+from harness.verdicts import blocked_reason, not_applicable_reason
 
-#: Skip reasons that start with these are outcomes of their own in the report.
-NOT_APPLICABLE = "[not applicable]"
-BLOCKED_BY = "[blocked by "
-#: The test property that reports a leak found after a test, with the clause it breaks (C9).
-LEAK_PROPERTY = "harness_leak"
-#: The clause a leak found after a test is reported under.
-LEAK_CLAUSE = "C9"
+T = TypeVar("T")
 
 
 def not_applicable(reason: str) -> NoReturn:
     """End the test as "not applicable": the backend has nothing this check could look at."""
     __tracebackhide__ = True
-    pytest.skip(f"{NOT_APPLICABLE} {reason}")
+    pytest.skip(not_applicable_reason(reason))
 
 
 def blocked_by(clause: str, reason: str) -> NoReturn:
     """End the test as "blocked by ``clause``": it cannot proceed because the
     backend fails that clause (whose own tests report it)."""
     __tracebackhide__ = True
-    pytest.skip(f"{BLOCKED_BY}{clause}] {reason}")
+    pytest.skip(blocked_reason(clause, reason))
 
 
 def _watched(

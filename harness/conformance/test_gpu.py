@@ -30,8 +30,6 @@ import pytest
 from harness import ExecutorConfig
 from harness.conformance import _work_in_flight, probes
 from harness.conformance._checks import (
-    LEAK_CLAUSE,
-    LEAK_PROPERTY,
     bounded,
     error_of,
     expect_equal,
@@ -51,6 +49,7 @@ from harness.conformance._tensor_parallel import check_decoder_stages, check_gre
 from harness.conformance._workers import worker_pids
 from harness.conformance.test_process_group import expected_collectives
 from harness.system import gpus
+from harness.verdicts import LEAK_CLAUSE, Prop
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.harness_gpu]
 
@@ -95,7 +94,7 @@ def gpus_freed(request: pytest.FixtureRequest) -> Iterator[set[int]]:
         return
     problems = gpus.release_problems(before, pids, timeout_s=DEATH_BOUND_S)
     if problems:
-        request.node.user_properties.append((LEAK_PROPERTY, LEAK_CLAUSE))
+        request.node.user_properties.append((Prop.LEAK, LEAK_CLAUSE))
         pytest.fail(f"{DEATH_BOUND_S:g} s after shutdown(): " + "; ".join(problems), pytrace=False)
 
 

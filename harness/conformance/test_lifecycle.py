@@ -39,6 +39,7 @@ from harness.conformance._workers import worker_pids
 from harness.contract import FAIL_INIT_ENV
 from harness.system import growth, leaks
 from harness.system.load import load_scale
+from harness.verdicts import Prop
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -72,7 +73,7 @@ def _remote_pids(ex: Any) -> list[int]:
 def _no_worker_processes(request: pytest.FixtureRequest) -> None:
     """Says in the report that the worker-process part of a check had nothing to look at."""
     request.node.user_properties.append(
-        ("harness_note", "every rank runs in the caller's process: no worker process to check, only the caller")
+        (Prop.NOTE, "every rank runs in the caller's process: no worker process to check, only the caller")
     )
 
 
@@ -695,7 +696,7 @@ def test_c25_idle_workers_sleep(executor: Any, world_size: int, request: pytest.
     in_caller = [r for r, f in enumerate(figures) if int(f["pid"]) == os.getpid()]
     if in_caller:
         note += f" (ranks {in_caller} run in the caller's process: their figure is the caller's, every thread)"
-    request.node.user_properties.append(("harness_note", note))
+    request.node.user_properties.append((Prop.NOTE, note))
 
 
 def _injected_failure(rank: int) -> str:

@@ -12,6 +12,7 @@ from harness.conformance import _netns
 from harness.conformance._checks import blocked_by
 from harness.conformance._exposure import CollectivesFailedError, examine
 from harness.system import leaks
+from harness.verdicts import Prop
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -38,10 +39,10 @@ def test_c23_nothing_listens_beyond_loopback_and_shm_is_private(
         ns = _netns.run(backend.name, executor_config, tmp_path, executor_config.init_timeout_s + 60)
     if ns.exposure is None and not ns.error:
         note = f"C23 ran in this machine's network only ({here}); not in a network namespace: {ns.unavailable}"
-        request.node.user_properties.append(("harness_note", note))
+        request.node.user_properties.append((Prop.NOTE, note))
         return
     request.node.user_properties.append(
-        ("harness_note", f"C23 ran twice: in this machine's network ({here}) and in a network namespace ({ns.where})")
+        (Prop.NOTE, f"C23 ran twice: in this machine's network ({here}) and in a network namespace ({ns.where})")
     )
     assert not ns.error, f"in a network namespace where the {ns.where}, the executor failed: {ns.error}"
     assert ns.exposure is not None

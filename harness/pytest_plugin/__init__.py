@@ -38,7 +38,7 @@ import pytest
 
 from harness.backends import BUILTIN_BACKENDS, LoadedBackend, module_installed
 from harness.conformance import _spec_bounds
-from harness.conformance._checks import LEAK_CLAUSE, LEAK_PROPERTY, bounded
+from harness.conformance._checks import bounded
 from harness.conformance.sample import SAMPLE
 from harness.contract import CLAUSES, Executor, ExecutorConfig
 from harness.pytest_plugin import residue as _residue
@@ -76,6 +76,7 @@ from harness.system.load import start_up_scale
 from harness.system.nodes import unavailable_reason
 from harness.system.paths import unwritable
 from harness.system.reaper import Reaper
+from harness.verdicts import LEAK_CLAUSE, Prop
 
 if TYPE_CHECKING:
     from harness.executors.ray.simulated_cluster import SimulatedCluster
@@ -323,7 +324,7 @@ class _CheckedFactory:
         except Exception as exc:
             own = self._is_plain(config)
             if own:
-                self._node.user_properties.append(("harness_factory_failed", f"{type(exc).__name__}: {exc}"))
+                self._node.user_properties.append((Prop.FACTORY_FAILED, f"{type(exc).__name__}: {exc}"))
             # Only the variant's own config: a test that changes it (C20's
             # world_size=0) checks the error of that input, which stays as raised.
             if config.nodes > 1 and own:
@@ -336,7 +337,7 @@ class _CheckedFactory:
                 "`python -m harness docs SPEC.md` prints it)"
             )
             if self._is_plain(config):
-                self._node.user_properties.append(("harness_factory_failed", message))
+                self._node.user_properties.append((Prop.FACTORY_FAILED, message))
             raise TypeError(message)
         return ex
 
@@ -403,7 +404,7 @@ def executor(
             # SPEC's own bound (C9): a shutdown that hangs fails here, not at the test's timeout.
             bounded(ex.shutdown, _SHUTDOWN_S, f"{backend.name}: shutdown() after the test")
         except AssertionError:
-            request.node.user_properties.append((LEAK_PROPERTY, LEAK_CLAUSE))
+            request.node.user_properties.append((Prop.LEAK, LEAK_CLAUSE))
             raise
     # Processes, threads, shared memory, sockets; descriptors are C10's to judge.
     seen: dict[str, Any] = {}
@@ -427,7 +428,7 @@ def executor(
         # tests of this variant that leave no more skip their second start.
         leaked = _residue.residue_since(seen["second_start"])
         if leaked is not None:
-            request.node.user_properties.append(("harness_leaked", leaked.to_json()))
+            request.node.user_properties.append((Prop.LEAKED, leaked.to_json()))
     elif again:
         again = [f"{p} (as the second start after {seen['leaked_as_in']} showed)" for p in again]
     listed = request.node.stash.get(leak_key, None)
@@ -435,19 +436,19 @@ def executor(
         proof = seen.get("proven_by")
         if proof is None and seen.get("residue") is not None:
             # Proven here: the run's later tests of this variant may reuse it (harness.pytest_plugin.residue).
-            request.node.user_properties.append(("harness_residue", seen["residue"].to_json()))
+            request.node.user_properties.append((Prop.RESIDUE, seen["residue"].to_json()))
         how = f", as a second start after {proof} showed" if proof else ""
         request.node.user_properties.append(
-            ("harness_note", f"left for good by the backend's first start (not a leak{how}): " + "; ".join(problems))
+            (Prop.NOTE, f"left for good by the backend's first start (not a leak{how}): " + "; ".join(problems))
         )
     elif again and listed is not None:
         known, entry = listed
         request.node.user_properties += [
-            ("harness_known_leak", f"{known.reason(entry)}; found: {'; '.join(again)}"),
-            ("harness_known_leak_where", entry.where),
+            (Prop.KNOWN_LEAK, f"{known.reason(entry)}; found: {'; '.join(again)}"),
+            (Prop.KNOWN_LEAK_WHERE, entry.where),
         ]
     elif again:
-        request.node.user_properties.append((LEAK_PROPERTY, LEAK_CLAUSE))
+        request.node.user_properties.append((Prop.LEAK, LEAK_CLAUSE))
         pytest.fail(f"{backend.name}: the executor leaked after shutdown: " + "; ".join(again), pytrace=False)
 
 
@@ -567,7 +568,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     for clause in clauses:
         reason = variant.backend.declared(clause)
         if reason:
-            item.user_properties.append(("harness_declared", reason))
+            item.user_properties.append((Prop.DECLARED, reason))
             pytest.skip(f"{variant.backend.name} declares {clause} unsupported: {reason}")
 
 
@@ -582,7 +583,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None]:
         with _spec_bounds.exact_while(item.stash.get(known_failure_key, False)):
             return (yield)
     finally:
-        item.user_properties.extend(("harness_note", note) for note in _spec_bounds.drain_notes())
+        item.user_properties.extend((Prop.NOTE, note) for note in _spec_bounds.drain_notes())
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -35,9 +35,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.conformance._checks import LEAK_CLAUSE
 from harness.contract import CLAUSES
 from harness.pytest_plugin.options import Variant, clauses_of, variant_of
+from harness.verdicts import LEAK_CLAUSE
 
 __all__ = ["KNOWN_FAILURE", "Expected", "ExpectedFailures", "load_expected"]
 

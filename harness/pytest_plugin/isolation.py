@@ -28,7 +28,7 @@ import pytest
 
 from harness.pytest_plugin.options import PROGRESS_VARIABLE, Options
 from harness.system import leaks, leftovers
-from harness.system.cpu import CPU_PROPERTY, cpu_so_far, log_test_cpu, logging_wanted
+from harness.system.cpu import cpu_so_far, log_test_cpu, logging_wanted
 from harness.system.leaks import SHM_DIR
 from harness.system.load import load_per_cpu, load_scale
 from harness.system.reaper import Reaper, reap
@@ -36,10 +36,9 @@ from harness.system.stacks import STACKS_DIR_ENV
 from harness.system.stacks import collect as collect_stacks
 from harness.system.stacks import register as register_stacks
 from harness.system.world import enter as enter_world
+from harness.verdicts import Prop
 
 __all__ = [
-    "LOAD_PROPERTY",
-    "REMOVED_PROPERTY",
     "SHARED_SHM_KEY",
     "WORLD_KEY",
     "IsolatedTest",
@@ -50,9 +49,9 @@ __all__ = [
 ]
 
 #: The user property (JSON) on a test's last report: what its processes left, removed after it.
-REMOVED_PROPERTY = "harness_removed"
+
 #: The user property on a test's reports: the machine's load per CPU as the test ended.
-LOAD_PROPERTY = "harness_load"
+
 #: On an item whose test runs as a driver of simulated nodes: the host pid of
 #: their world's init, whose namespaces the test process joins (harness.system.world).
 WORLD_KEY = pytest.StashKey[int]()
@@ -338,10 +337,10 @@ class IsolatedTest:
         left["processes"] = len(leftover)
         if self.item.config.getoption("harness_keep_leftovers", False):
             left["kept"] = self._test_tmp
-        reports[-1].user_properties += [(REMOVED_PROPERTY, json.dumps(left)), ("harness_shm", how)]
+        reports[-1].user_properties += [(Prop.REMOVED, json.dumps(left)), (Prop.SHM, how)]
         for report in reports:  # a failure's note says so where the machine was busier than its CPUs
-            report.user_properties.append((LOAD_PROPERTY, f"{load_per_cpu():.1f}"))
-        cpu = next((v for r in reports for k, v in r.user_properties if k == CPU_PROPERTY), None)
+            report.user_properties.append((Prop.LOAD, f"{load_per_cpu():.1f}"))
+        cpu = next((v for r in reports for k, v in r.user_properties if k == Prop.CPU), None)
         if cpu is not None:
             log_test_cpu(item.nodeid, json.loads(str(cpu)), {r.when: round(r.duration, 3) for r in reports})
         return reports
@@ -350,7 +349,7 @@ class IsolatedTest:
 class _PhaseCpu:
     """In a test's own process: the CPU each phase of the test cost (this process,
     the workers it reaped, those still running), on the teardown report as
-    :data:`CPU_PROPERTY`, JSON by phase."""
+    :data:`Prop.CPU`, JSON by phase."""
 
     def __init__(self) -> None:
         self._last = cpu_so_far(())
@@ -362,7 +361,7 @@ class _PhaseCpu:
         self._phases[call.when] = round(now - self._last, 3)
         self._last = now
         if call.when == "teardown":
-            item.user_properties.append((CPU_PROPERTY, json.dumps(self._phases)))
+            item.user_properties.append((Prop.CPU, json.dumps(self._phases)))
 
 
 def progress_every_s() -> float:

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from harness.backends import BackendUnavailableError, LoadedBackend, load_backend
-from harness.conformance._checks import NOT_APPLICABLE
 from harness.contract import CLAUSES, START_METHODS
 from harness.pytest_plugin.markers import CLAUSE
 from harness.run_options import INI_ONLY, RUN_OPTIONS, run_option
+from harness.verdicts import not_applicable_reason
 
 __all__ = [
     "Options",
@@ -473,7 +473,7 @@ def parametrize(metafunc: pytest.Metafunc, opts: Options) -> None:
                 # One start method is enough to say so: the cells are per world size.
                 variants = [v for v in variants if v.start_method == variants[0].start_method]
                 spans = _counts(loaded.nodes)
-                reason = f"{NOT_APPLICABLE} {name} runs on {spans} only (it declares nodes={loaded.nodes})"
+                reason = not_applicable_reason(f"{name} runs on {spans} only (it declares nodes={loaded.nodes})")
                 params += [pytest.param(v, id=v.id, marks=pytest.mark.skip(reason=reason)) for v in variants]
                 continue
             params += [pytest.param(v, id=v.id) for v in variants]

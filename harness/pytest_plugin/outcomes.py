@@ -27,22 +27,13 @@ from typing import Any
 import pytest
 
 from harness.backends import LoadedBackend
-from harness.conformance._checks import BLOCKED_BY, LEAK_CLAUSE, LEAK_PROPERTY, NOT_APPLICABLE
 from harness.pytest_plugin import residue as _residue
-from harness.pytest_plugin.isolation import LOAD_PROPERTY, REMOVED_PROPERTY
 from harness.pytest_plugin.markers import GPU
 from harness.pytest_plugin.options import Options, Variant, clauses_of, variant_of
-from harness.report import (
-    BLOCKED,
-    DECLARED,
-    FAIL,
-    FILTERED_OUT,
-    NOT_RUN,
-    PASS,
-    ClauseMatrix,
-    column_name,
-)
-from harness.report import NOT_APPLICABLE as NOT_APPLICABLE_OUTCOME
+from harness.report import FILTERED_OUT, ClauseMatrix, column_name
+from harness.verdicts import LEAK_CLAUSE, Outcome, Prop, read_skip_reason
+
+PASS, FAIL, DECLARED, NOT_RUN = Outcome.PASS, Outcome.FAIL, Outcome.DECLARED, Outcome.NOT_RUN
 
 __all__ = ["MatrixCollector", "tag_item"]
 
@@ -67,12 +58,12 @@ def tag_item(item: pytest.Item) -> None:
         name, ws, vid = variant.name, variant.world_size, variant.id
     nodes = variant.nodes
     item.user_properties += [
-        ("harness_clauses", ",".join(clauses)),
-        ("harness_backend", name),
-        ("harness_column", column_name(name, ws, device_of(item), nodes)),
+        (Prop.CLAUSES, ",".join(clauses)),
+        (Prop.BACKEND, name),
+        (Prop.COLUMN, column_name(name, ws, device_of(item), nodes)),
         # The test's whole name, every parameter included: it pastes into -k.
-        ("harness_test", item.name),
-        ("harness_variant", vid),
+        (Prop.TEST, item.name),
+        (Prop.VARIANT, vid),
     ]
 
 
@@ -127,26 +118,26 @@ class MatrixCollector:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Fold one report into the matrix."""
         props = dict(report.user_properties)
-        if "harness_clauses" not in props:
+        if Prop.CLAUSES not in props:
             return
-        column, test = str(props["harness_column"]), str(props["harness_test"])
-        if "harness_factory_failed" in props and report.failed:
-            variant = str(props["harness_variant"])
-            self.factory_failures.setdefault(variant, f"{variant} in {test}: {props['harness_factory_failed']}")
-        if "harness_residue" in props:
+        column, test = str(props[Prop.COLUMN]), str(props[Prop.TEST])
+        if Prop.FACTORY_FAILED in props and report.failed:
+            variant = str(props[Prop.VARIANT])
+            self.factory_failures.setdefault(variant, f"{variant} in {test}: {props[Prop.FACTORY_FAILED]}")
+        if Prop.RESIDUE in props:
             # A second start proved these leftovers the process's: the tests forked from now on may reuse it.
-            _residue.remember(str(props["harness_variant"]), str(props["harness_residue"]), test)
-        if "harness_leaked" in props:
+            _residue.remember(str(props[Prop.VARIANT]), str(props[Prop.RESIDUE]), test)
+        if Prop.LEAKED in props:
             # A second start left these again: the tests forked from now on that leave no more need none.
-            _residue.remember(str(props["harness_variant"]), str(props["harness_leaked"]), test, _residue.LEAKED)
+            _residue.remember(str(props[Prop.VARIANT]), str(props[Prop.LEAKED]), test, _residue.LEAKED)
         self.saw_backend_tests = True
         self._dirty = False
-        if REMOVED_PROPERTY in props:
-            self.matrix.add_removed(str(props["harness_backend"]), json.loads(str(props[REMOVED_PROPERTY])))
+        if Prop.REMOVED in props:
+            self.matrix.add_removed(str(props[Prop.BACKEND]), json.loads(str(props[Prop.REMOVED])))
             done = "kept" if self.matrix.kept else "removed after it"
             self.matrix.settings.setdefault(
                 "leftovers",
-                f"each test's own TMPDIR and {props.get('harness_shm')}; what a test's processes left is {done}",
+                f"each test's own TMPDIR and {props.get(Prop.SHM)}; what a test's processes left is {done}",
             )
             self._dirty = True
         self._fold(report, props, column, test)
@@ -154,14 +145,14 @@ class MatrixCollector:
             self.matrix.write(self.json_path, None)
 
     def _fold(self, report: pytest.TestReport, props: dict[str, Any], column: str, test: str) -> None:
-        clauses = str(props["harness_clauses"]).split(",")
-        notes = "; ".join(str(v) for k, v in report.user_properties if k == "harness_note")
+        clauses = str(props[Prop.CLAUSES]).split(",")
+        notes = "; ".join(str(v) for k, v in report.user_properties if k == Prop.NOTE)
         add = functools.partial(self._add, report)
         known = getattr(report, "wasxfail", None)
-        if report.when == "teardown" and LEAK_PROPERTY in props and known is not None:
+        if report.when == "teardown" and Prop.LEAK in props and known is not None:
             # The leak check failed after a test listed as a known failure: pytest reads
             # it as that test's expected failure, but it is C9's, and not on the list.
-            add(str(props[LEAK_PROPERTY]), column, FAIL, test, f"found after the test: {_failure_message(report)}")
+            add(str(props[Prop.LEAK]), column, FAIL, test, f"found after the test: {_failure_message(report)}")
             self.unlisted_failures.append(f"{report.nodeid}: {_failure_message(report)}")
             return
         if report.skipped and known is not None:
@@ -179,27 +170,25 @@ class MatrixCollector:
             return
         if report.failed:
             message = _failure_message(report)
-            if report.when == "teardown" and LEAK_PROPERTY in props:
-                add(str(props[LEAK_PROPERTY]), column, FAIL, test, f"found after the test: {message}")
+            if report.when == "teardown" and Prop.LEAK in props:
+                add(str(props[Prop.LEAK]), column, FAIL, test, f"found after the test: {message}")
                 return
             for clause in clauses:
                 add(clause, column, FAIL, test, message)
         elif report.skipped:
             reason = _skip_reason(report)
+            said = read_skip_reason(reason)
             for clause in clauses:
-                if "harness_declared" in props:
-                    add(clause, column, DECLARED, test, str(props["harness_declared"]))
-                elif reason.startswith(NOT_APPLICABLE):
-                    add(clause, column, NOT_APPLICABLE_OUTCOME, test, reason.removeprefix(NOT_APPLICABLE).strip())
-                elif reason.startswith(BLOCKED_BY):
-                    blocker, _, why = reason.removeprefix(BLOCKED_BY).partition("]")
-                    add(clause, column, BLOCKED + blocker, test, why.strip())
+                if Prop.DECLARED in props:
+                    add(clause, column, DECLARED, test, str(props[Prop.DECLARED]))
+                elif said is not None:
+                    add(clause, column, *said[:1], test, said[1])
                 else:
                     add(clause, column, NOT_RUN, test, reason)
-        elif report.passed and report.when == "teardown" and "harness_known_leak" in props:
+        elif report.passed and report.when == "teardown" and Prop.KNOWN_LEAK in props:
             # A leak the backend's list names: C9 fails, the run goes on (harness.pytest_plugin.expected).
-            add(LEAK_CLAUSE, column, FAIL, test, f"found after the test: {props['harness_known_leak']}")
-            self.known_leaks.add(str(props.get("harness_known_leak_where", "")))
+            add(LEAK_CLAUSE, column, FAIL, test, f"found after the test: {props[Prop.KNOWN_LEAK]}")
+            self.known_leaks.add(str(props.get(Prop.KNOWN_LEAK_WHERE, "")))
         elif report.passed and (report.when == "call" or (report.when == "teardown" and notes)):
             # Notes added in teardown (the leak check's) reach only the teardown report.
             for clause in clauses:
@@ -209,7 +198,7 @@ class MatrixCollector:
         """One cell's result; a failure is also kept to be printed when its test ends.
         A failure on a machine busier than its CPUs says so: SPEC's own time
         bounds were judged under that load."""
-        load = float(str(dict(report.user_properties).get(LOAD_PROPERTY, 0.0)))
+        load = float(str(dict(report.user_properties).get(Prop.LOAD, 0.0)))
         if outcome == FAIL and load > 1.0:
             note = f"{note} [the machine was loaded: {load:.1f} runnable per CPU]"
         self.matrix.add(clause, column, outcome, test, note, _failure_detail(report) if outcome == FAIL else "")
@@ -230,10 +219,8 @@ class MatrixCollector:
         """Remember backend tests filtered out, to show them as not run."""
         for item in items:
             props = dict(item.user_properties)
-            if "harness_clauses" in props:
-                self._deselected.add(
-                    (str(props["harness_clauses"]), str(props["harness_column"]), str(props["harness_test"]))
-                )
+            if Prop.CLAUSES in props:
+                self._deselected.add((str(props[Prop.CLAUSES]), str(props[Prop.COLUMN]), str(props[Prop.TEST])))
 
     def to_worker_output(self) -> dict[str, Any]:
         """What an xdist worker knows that its reports do not carry: for the controller's matrix."""

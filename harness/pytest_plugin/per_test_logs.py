@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from harness.verdicts import Prop
+
 __all__ = ["TestLogs", "log_name"]
 
 
@@ -41,7 +43,7 @@ class TestLogs:
         for title, content in report.sections:
             lines += [f"-- {title}", content.rstrip("\n")]
         for key, value in report.user_properties:
-            if str(key).startswith("harness_note"):
+            if key == Prop.NOTE:
                 lines.append(f"-- note: {value}")
         with open(self.folder / log_name(report.nodeid), "a", encoding="utf-8") as f:
             f.write("\n".join(lines) + "\n")

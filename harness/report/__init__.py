@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.contract import CLAUSES
+from harness.verdicts import BLOCKED, OUTCOMES, Outcome, blocker_of, is_outcome
 
 __all__ = [
     "BLOCKED",
@@ -40,23 +41,22 @@ __all__ = [
     "column_name",
 ]
 
-Outcome = str
-PASS: Outcome = "pass"
-FAIL: Outcome = "FAIL"
-DECLARED: Outcome = "declared"
-NOT_APPLICABLE: Outcome = "not applicable"
-NOT_RUN: Outcome = "not run"
-BLOCKED = "blocked by "
+PASS = Outcome.PASS
+FAIL = Outcome.FAIL
+DECLARED = Outcome.DECLARED
+NOT_APPLICABLE = Outcome.NOT_APPLICABLE
+NOT_RUN = Outcome.NOT_RUN
 #: The note of a test deselected from the run (``-k``, ``-m``).
 FILTERED_OUT = "filtered out"  # followed by the clause id: "blocked by C4"
-#: The outcomes of SPEC.md, "Outcomes" ("blocked by Cn" stands for every Cn).
-OUTCOMES = (PASS, FAIL, DECLARED, NOT_APPLICABLE, "blocked by Cn", NOT_RUN)
 
 
-def _rank(outcome: Outcome) -> int:
-    if outcome.startswith(BLOCKED):
+_RANK: dict[str, int] = {FAIL: 5, NOT_RUN: 3, PASS: 2, NOT_APPLICABLE: 1, DECLARED: 0}
+
+
+def _rank(outcome: str) -> int:
+    if blocker_of(outcome):
         return 4
-    return {FAIL: 5, NOT_RUN: 3, PASS: 2, NOT_APPLICABLE: 1, DECLARED: 0}[outcome]
+    return _RANK[outcome]
 
 
 def backend_of_column(column: str) -> str:
@@ -76,7 +76,7 @@ def column_name(backend: str, world_size: int, device: str, nodes: int = 1) -> s
 class Result:
     """One test's verdict on one clause."""
 
-    outcome: Outcome
+    outcome: str  # an Outcome, or blocked_by(clause)
     test: str  # the test id within its variant, e.g. "test_c4_...[mp-ws2-spawn]"
     note: str = ""
     #: A failure's whole text (its traceback; at a timeout, every process's
@@ -125,8 +125,8 @@ class ClauseMatrix:
             lines.append(f"temporary folders kept: {' '.join(self.kept)}")
         return lines
 
-    def add(self, clause: str, column: str, outcome: Outcome, test: str = "", note: str = "", detail: str = "") -> None:
-        if outcome not in (PASS, FAIL, DECLARED, NOT_APPLICABLE, NOT_RUN) and not outcome.startswith(BLOCKED):
+    def add(self, clause: str, column: str, outcome: str, test: str = "", note: str = "", detail: str = "") -> None:
+        if not is_outcome(outcome):
             raise ValueError(f"unknown outcome {outcome!r} for {clause} [{column}]")
         results = self.cells.setdefault((clause, column), [])
         result = Result(outcome, test, note, detail)
@@ -142,7 +142,7 @@ class ClauseMatrix:
         present = {cl for cl, _ in self.cells}
         return [c for c in CLAUSES if c in present]
 
-    def outcome(self, clause: str, column: str) -> Outcome | None:
+    def outcome(self, clause: str, column: str) -> str | None:
         results = self.cells.get((clause, column))
         if not results:
             return None
@@ -161,7 +161,7 @@ class ClauseMatrix:
         were filtered out did check something, though its cell reads "not run"."""
         cols = set(self.columns_of(backend))
         return not any(
-            r.outcome in (PASS, FAIL) or r.outcome.startswith(BLOCKED)
+            r.outcome in (PASS, FAIL) or blocker_of(r.outcome)
             for (_, col), results in self.cells.items()
             if col in cols
             for r in results

@@ -18,17 +18,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from harness.report import (
-    BLOCKED,
-    DECLARED,
-    FAIL,
-    NOT_APPLICABLE,
-    NOT_RUN,
-    PASS,
-    ClauseMatrix,
-    Outcome,
-    backend_of_column,
-)
+from harness.report import ClauseMatrix, backend_of_column
+from harness.verdicts import BLOCKED, Outcome, blocker_of
+
+PASS, FAIL, DECLARED = Outcome.PASS, Outcome.FAIL, Outcome.DECLARED
+NOT_APPLICABLE, NOT_RUN = Outcome.NOT_APPLICABLE, Outcome.NOT_RUN
 
 #: How good an outcome is, for "worse": checked and held, then said not to
 #: apply, then declared, then not checked, then broken.
@@ -37,10 +31,10 @@ STANDING = {PASS: 5, NOT_APPLICABLE: 5, DECLARED: 3, NOT_RUN: 2, BLOCKED: 1, FAI
 ABSENT = "absent"
 
 
-def standing(outcome: Outcome | None) -> int:
+def standing(outcome: str | None) -> int:
     if outcome is None:
         return STANDING[NOT_RUN]
-    return STANDING[BLOCKED] if outcome.startswith(BLOCKED) else STANDING[outcome]
+    return STANDING[BLOCKED] if blocker_of(outcome) else STANDING[outcome]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,8 +42,8 @@ class TestChange:
     """One test whose own outcome moved (``None``: not in that run)."""
 
     test: str
-    old: Outcome | None
-    new: Outcome | None
+    old: str | None
+    new: str | None
     note: str  # the new result's note, else the old's
 
 
@@ -57,8 +51,8 @@ class TestChange:
 class CellChange:
     clause: str
     column: str
-    old: Outcome | None
-    new: Outcome | None
+    old: str | None
+    new: str | None
     tests: tuple[TestChange, ...]
 
     @property

@@ -27,19 +27,20 @@ import shlex
 from typing import Any
 
 from harness.contract import CLAUSES
-from harness.report import BLOCKED, ClauseMatrix, Outcome
+from harness.report import ClauseMatrix
 from harness.report.terminal import Fold, folds
+from harness.verdicts import blocker_of
 
 #: A known failure's note names the list's line: "known failure, vllm_known_failures.txt:23 (…)".
 _KNOWN = re.compile(r"known failure, (\S+:\d+)")
 _COLUMN = re.compile(r"^(?P<backend>.+) ws(?P<ws>\d+) (?P<device>\S+)(?: (?P<nodes>\d+) nodes)?$")
 
 
-def css_of(outcome: Outcome | None) -> str:
+def css_of(outcome: str | None) -> str:
     """The class an outcome is coloured by: pass, fail, declared, na, blocked, notrun, none."""
     if outcome is None:
         return "none"
-    if outcome.startswith(BLOCKED):
+    if blocker_of(outcome):
         return "blocked"
     return {"pass": "pass", "FAIL": "fail", "declared": "declared", "not applicable": "na"}.get(outcome, "notrun")
 

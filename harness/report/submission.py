@@ -29,7 +29,8 @@ from typing import Any
 
 from harness.backends import CAPABILITIES
 from harness.contract import CLAUSES, SPEC_VERSION
-from harness.report import BLOCKED, DECLARED, FAIL, NOT_RUN, ClauseMatrix, column_name
+from harness.report import DECLARED, FAIL, NOT_RUN, ClauseMatrix, column_name
+from harness.verdicts import blocker_of
 
 MANIFEST = "submission.json"
 SUMS = "SHA256SUMS"
@@ -182,7 +183,7 @@ def judge(matrix: ClauseMatrix, manifest: dict[str, Any]) -> tuple[list[str], li
                 failing.append(f"{clause} [{column}] FAIL")
             elif outcome == NOT_RUN:
                 failing.append(f"{clause} [{column}] not run")
-            elif outcome is not None and outcome.startswith(BLOCKED):
+            elif outcome is not None and blocker_of(outcome):
                 failing.append(f"{clause} [{column}] {outcome}")
             elif outcome == DECLARED and clause not in OPTIONAL_CLAUSES:
                 text = f"{clause} declared"

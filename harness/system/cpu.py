@@ -17,7 +17,6 @@ import psutil
 
 __all__ = [
     "CPU_LOG_ENV",
-    "CPU_PROPERTY",
     "cpu_so_far",
     "log_run_cpu",
     "log_test_cpu",
@@ -26,8 +25,6 @@ __all__ = [
     "run_started",
 ]
 
-#: The user property on a test's reports: JSON, CPU seconds by phase.
-CPU_PROPERTY = "harness_cpu"
 #: Where set, a file every isolated test's CPU and wall time by phase is
 #: appended to, a JSON line each (``tests/perf/suite_times.py cpu`` reads it).
 CPU_LOG_ENV = "HARNESS_CPU_LOG"

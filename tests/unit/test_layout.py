@@ -24,6 +24,7 @@ FLOORS: dict[str, int] = {
     "harness.contract": 0,  # the API under test and its errors (SPEC.md)
     "harness.system": 0,  # what a process holds and how to look: leaks, GPUs, stacks, environment
     "harness.run_options": 0,  # the options of a run, one table: the plugin's and conform's
+    "harness.verdicts": 0,  # outcomes, the skip reasons that say them, the test properties' keys
     "harness.executors": 1,  # the built-in executors: uni, mp, ray, and vLLM's adapter
     "harness.backends": 2,  # the loader: a backend's name or "module:attr" to its factory
     "harness": 3,  # the public API (harness/__init__.py)

@@ -170,10 +170,10 @@ def _report(props: list[tuple[str, object]], outcome: str) -> pytest.TestReport:
 
 @pytest.mark.parametrize(("load", "says_loaded"), [("3.5", True), ("0.4", False)])
 def test_a_failure_on_a_machine_busier_than_its_cpus_says_so(load: str, says_loaded: bool) -> None:
-    from harness.pytest_plugin.isolation import LOAD_PROPERTY
     from harness.pytest_plugin.options import Options
     from harness.pytest_plugin.outcomes import MatrixCollector
     from harness.report import ClauseMatrix
+    from harness.verdicts import Prop
 
     matrix = ClauseMatrix()
     opts = Options(["mp"], [2], ["fork"], {}, 300.0, True, {})
@@ -184,7 +184,7 @@ def test_a_failure_on_a_machine_busier_than_its_cpus_says_so(load: str, says_loa
         ("harness_column", "mp ws2 cpu"),
         ("harness_test", "test_x[mp-ws2-fork]"),
         ("harness_variant", "mp-ws2-fork"),
-        (LOAD_PROPERTY, load),
+        (Prop.LOAD, load),
     ]
     collector.pytest_runtest_logreport(_report(props, "failed"))
     [result] = matrix.cells[("C8", "mp ws2 cpu")]
