@@ -19,29 +19,39 @@ declarations the suite reads:
 - ``preload``: module names the suite imports once in the pytest process,
   before it forks the test processes, so that no test process pays for them
   again (vLLM's executors: about 5 s of CPU a test on this 2-core machine).
+
+Whatever runs a backend's executors for a while (the suite's plugin, a chaos
+run, an A/B run) opens it with ``open_session``: its preloads imported, its
+session entered, the session's environment given back (and, by default, set
+in ``os.environ`` while it lasts).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.metadata
 import importlib.util
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from harness.contract import CLAUSES, START_METHODS, Backend
+from harness.system.environ import environ
 from harness.system.modules import module_installed
 
 __all__ = [
     "BUILTIN_BACKENDS",
+    "PRELOAD",
     "BackendUnavailableError",
     "LoadedBackend",
     "available_backends",
     "load_backend",
     "module_installed",
+    "open_session",
+    "preload",
 ]
 
 ENTRY_POINT_GROUP = "harness.backends"
@@ -242,3 +252,40 @@ def load_backend(
         tuple(m.strip() for m in preload),
         nodes if nodes is not None else (1,),
     )
+
+
+#: What every run preloads beside a backend's own: its workers start from torch.distributed.
+PRELOAD = ("torch", "torch.distributed")
+
+
+def preload(names: Iterable[str]) -> None:
+    """Import each module of ``names`` that is installed, here: a worker forked
+    from this process then has it, where it would import it again (an mp start
+    took 3.5 s on a loaded 2-core machine, 0.1 s after; measured). A module that
+    fails to import is the backend's to report, at its start."""
+    for name in names:
+        try:
+            if importlib.util.find_spec(name.split(".")[0]) is not None:
+                importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - reported by the backend's own start, not here
+            continue
+
+
+@contextlib.contextmanager
+def open_session(loaded: LoadedBackend, *, set_environ: bool = True) -> Iterator[Mapping[str, str]]:
+    """``loaded`` opened for a run: :data:`PRELOAD` and its own preloads imported,
+    its session (``ray``: a local cluster) entered and left on exit. Yields the
+    session's environment ({} without a session), set in ``os.environ`` inside
+    the block unless ``set_environ`` is false (the plugin gives it to each test's
+    process instead)."""
+    preload((*PRELOAD, *loaded.preload))
+    if loaded.session is None:
+        yield {}
+        return
+    with loaded.session() as env:
+        values = dict(env or {})
+        if not set_environ:
+            yield values
+            return
+        with environ(values):
+            yield values

@@ -23,17 +23,14 @@ finding by themselves.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import math
-import os
 import random
 import time
-from collections.abc import Iterator
 from typing import Any
 
-from harness.backends import LoadedBackend, load_backend
+from harness.backends import LoadedBackend, load_backend, open_session
 from harness.chaos.bounded import attempt
 from harness.chaos.model import Violation
 from harness.chaos.state import Finding, Run, Stats, TimeUp
@@ -113,38 +110,6 @@ class ChaosReport:
             "declared": self.declared,
             "replay": self.replay,
         }
-
-
-@contextlib.contextmanager
-def _session(loaded: LoadedBackend) -> Iterator[None]:
-    """The backend's shared resources for the run (ray: its cluster), their environment set."""
-    if loaded.session is None:
-        yield
-        return
-    saved = dict(os.environ)
-    with loaded.session() as env:
-        os.environ.update(env)
-        try:
-            yield
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
-
-
-def _preload(loaded: LoadedBackend) -> None:
-    """Import torch.distributed and what the backend preloads, once, here: a worker
-    forked from this process then has them, where each would import torch again
-    (an mp start took 3.5 s on a loaded 2-core machine, 0.1 s after; measured).
-    This process runs no torch op, so no thread pool is forked half-made."""
-    import importlib
-    import importlib.util
-
-    for name in ("torch.distributed", *loaded.preload):
-        try:
-            if importlib.util.find_spec(name.split(".")[0]) is not None:
-                importlib.import_module(name)
-        except Exception:  # noqa: BLE001 - a module that cannot load is the backend's to report, at its start
-            continue
 
 
 def check_arguments(
@@ -234,7 +199,6 @@ def run_chaos(
         )
         if loaded.declared(clause) is not None
     }
-    _preload(loaded)
     chaos = machine.machine_for(run)
     chaos = seeded(seed)(chaos)
     options = settings(
@@ -249,7 +213,7 @@ def run_chaos(
         report_multiple_bugs=False,
         print_blob=False,
     )
-    with _session(loaded):
+    with open_session(loaded):
         run.set_up()
         try:
             run_state_machine_as_test(chaos, settings=options)

@@ -30,13 +30,12 @@ from dataclasses import asdict, dataclass
 from multiprocessing import shared_memory
 from typing import Any
 
-from harness.backends import load_backend
+from harness.backends import load_backend, open_session
 from harness.conformance import probes
 from harness.executors.mp.shm import buffer_of
 from harness.perf._quiet import wait_for_quiet
 from harness.perf.runner import parse_side
 from harness.perf.workloads import time_calls
-from harness.system.environ import environ
 
 __all__ = ["IdleCPU", "LatencyResult", "idle_cpu", "measure_backend", "measure_floor", "measure_naive", "run"]
 
@@ -215,7 +214,7 @@ def measure_backend(backend: str, world_size: int, iters: int, warmup: int) -> L
         ex.shutdown()
     result.startup_s, result.shutdown_s = startup, time.perf_counter() - t1
     if loaded.session is not None:
-        with loaded.session() as env, environ(env):
+        with open_session(loaded):
             t0 = time.perf_counter()
             with loaded.factory(side.config(world_size)) as ex:
                 ex.collective_rpc(probes.noop)

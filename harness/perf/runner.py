@@ -22,11 +22,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.backends import load_backend
+from harness.backends import load_backend, open_session
 from harness.contract import ExecutorConfig
 from harness.perf._quiet import wait_for_quiet
 from harness.perf.workloads import Samples, Workload, merge
-from harness.system.environ import environ
 
 __all__ = ["Side", "open_side", "parse_side", "run_rounds"]
 
@@ -88,26 +87,18 @@ def split_sides(text: str) -> list[str]:
 
 @contextlib.contextmanager
 def open_side(side: Side, world_size: int) -> Iterator[Any]:
-    """The side's executor, inside its backend's run-wide session if it has one
-    (``ray``: a local cluster), shut down on exit."""
-    _preload_torch()
+    """The side's executor, its backend opened (``harness.backends.open_session``:
+    torch and its preloads imported, so workers forked from here inherit them
+    where an A/B run that starts executors every round would import them twenty
+    times; its run-wide session entered, ``ray``'s local cluster), shut down on exit."""
     loaded = load_backend(side.spec)
     config = side.config(world_size)
-    with contextlib.ExitStack() as stack:
-        if loaded.session is not None:
-            stack.enter_context(environ(stack.enter_context(loaded.session())))
+    with open_session(loaded):
         ex = loaded.factory(config)
-        stack.callback(ex.shutdown)
-        yield ex
-
-
-def _preload_torch() -> None:
-    """Import torch in the caller before the first executor starts: workers
-    forked from it inherit torch instead of importing it each (1.3 s an
-    executor here), which an A/B run that starts executors every round would
-    pay twenty times. As the pytest plugin does before its first fork."""
-    with contextlib.suppress(ImportError):
-        import torch  # noqa: F401
+        try:
+            yield ex
+        finally:
+            ex.shutdown()
 
 
 def _stderr_progress(text: str) -> None:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from harness.backends import BUILTIN_BACKENDS, LoadedBackend, module_installed
+from harness.backends import BUILTIN_BACKENDS, LoadedBackend, module_installed, open_session
 from harness.conformance import _spec_bounds
 from harness.conformance._checks import bounded
 from harness.conformance.sample import SAMPLE
@@ -114,8 +114,8 @@ class _Sessions:
         if session is None or session in self._env or os.getpid() != self._owner:
             return
         try:
-            env = self._stack.enter_context(session())
-            self._env[session] = dict(env or {})
+            # Its environment goes to each test's process, not this one's.
+            self._env[session] = self._stack.enter_context(open_session(backend, set_environ=False))
         except Exception as exc:  # noqa: BLE001 - its tests fail with it; the run goes on
             self._env[session] = exc
 

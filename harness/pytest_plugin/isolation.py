@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
+from harness.backends import PRELOAD, preload
 from harness.pytest_plugin.options import PROGRESS_VARIABLE, Options
 from harness.system import leaks, leftovers
 from harness.system.cpu import cpu_so_far, log_test_cpu, logging_wanted
@@ -64,13 +65,12 @@ SHARED_SHM_KEY = pytest.StashKey[str]()
 
 #: What the pytest process imports once, before the first test process forks,
 #: so that no test process pays for it again (torch: about a second each).
-PRELOAD = ("torch", "torch.distributed")
 _parent_torch_threads: int | None = None
 _prepared = False
 
 
 def prepare_parent(more: Sequence[str] = ()) -> None:
-    """Import :data:`PRELOAD` and ``more`` (what the selected backends declare
+    """Import :data:`harness.backends.PRELOAD` and ``more`` (what the selected backends declare
     in ``preload``) here, once, before any test runs.
 
     torch's CPU thread pool (OpenMP) does not survive a fork: a test process
@@ -81,15 +81,7 @@ def prepare_parent(more: Sequence[str] = ()) -> None:
     if _prepared:
         return
     _prepared = True
-    import importlib
-    import importlib.util
-
-    for name in (*PRELOAD, *more):
-        try:
-            if importlib.util.find_spec(name.split(".")[0]) is not None:
-                importlib.import_module(name)
-        except Exception:  # noqa: BLE001 - a broken optional module is the test's to report, not ours
-            continue
+    preload((*PRELOAD, *more))
     torch = sys.modules.get("torch")
     if torch is not None and hasattr(torch, "set_num_threads"):
         _parent_torch_threads = torch.get_num_threads()
