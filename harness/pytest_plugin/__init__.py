@@ -17,8 +17,10 @@ Loaded through the ``pytest11`` entry point. For every test that uses the
 The pytest parent never initialises CUDA nor starts a worker; it imports torch
 once, before the first test process forks, so that no test pays for it again.
 
-This package holds the hooks and fixtures (here), the settings and variants
-(``options``), one forked process per test (``isolation``) and tests side by
+This package holds the hooks (here), the fixtures (``fixtures``) and the
+leak check after each test's executor (``leak_check``), the backends' run-wide
+sessions (``sessions``), the run's state in the stash (``keys``), the settings
+and variants (``options``), one forked process per test (``isolation``) and tests side by
 side (``parallel``), the outcomes into the matrix (``outcomes``), known
 failures (``expected``) and what a first start leaves for good (``residue``);
 what a dying run leaves is ``harness.system.reaper``'s. It may import every
@@ -28,21 +30,28 @@ the loader, ``harness.system`` and ``harness.contract``.
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import os
-from collections.abc import Callable, Generator, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Generator
+from typing import Any
 
 import pytest
 
-from harness.backends import BUILTIN_BACKENDS, LoadedBackend, module_installed, open_session
+from harness.backends import BUILTIN_BACKENDS, LoadedBackend, module_installed
 from harness.conformance import _spec_bounds
-from harness.conformance._checks import bounded
 from harness.conformance.sample import SAMPLE
-from harness.contract import CLAUSES, Executor, ExecutorConfig
-from harness.pytest_plugin import residue as _residue
+from harness.contract import CLAUSES
 from harness.pytest_plugin.expected import known_failure_key, leak_key, mark_known_failures
+from harness.pytest_plugin.fixtures import (  # noqa: F401 - the plugin's fixtures: pytest reads them from this module
+    _CheckedFactory,
+    backend,
+    executor,
+    executor_config,
+    harness_seed,
+    harness_variant,
+    start_method,
+    variant_config,
+    world_size,
+)
 from harness.pytest_plugin.isolation import (
     SHARED_SHM_KEY,
     WORLD_KEY,
@@ -52,6 +61,15 @@ from harness.pytest_plugin.isolation import (
     run_isolated,
     skipped_report,
     timeout_of,
+)
+from harness.pytest_plugin.keys import (
+    collector_key,
+    isolated_key,
+    matrix_key,
+    missing_key,
+    options_key,
+    reaper_key,
+    sessions_key,
 )
 from harness.pytest_plugin.markers import DISTRIBUTED, GPU, MARKERS, RAY, add_tier_aliases
 from harness.pytest_plugin.options import (
@@ -69,121 +87,16 @@ from harness.pytest_plugin.options import (
 )
 from harness.pytest_plugin.outcomes import MatrixCollector, tag_item
 from harness.pytest_plugin.parallel import ISOLATED_MARKER, run_side_by_side
+from harness.pytest_plugin.sessions import Sessions
 from harness.report import ClauseMatrix, machine_settings, terminal
 from harness.system.cpu import log_run_cpu, run_started
 from harness.system.gpus import gpu_count
-from harness.system.load import start_up_scale
 from harness.system.nodes import unavailable_reason
 from harness.system.paths import unwritable
 from harness.system.reaper import Reaper
-from harness.verdicts import LEAK_CLAUSE, Prop
-
-if TYPE_CHECKING:
-    from harness.executors.ray.simulated_cluster import SimulatedCluster
+from harness.verdicts import Prop
 
 __all__ = ["Variant", "gpu_count"]
-
-matrix_key = pytest.StashKey[ClauseMatrix]()
-options_key = pytest.StashKey[Options]()
-sessions_key = pytest.StashKey["_Sessions"]()
-collector_key = pytest.StashKey[MatrixCollector]()
-reaper_key = pytest.StashKey[Reaper]()
-#: Why a test must fail before it runs: GPUs or nodes a --require-* option demands are missing.
-_missing_key = pytest.StashKey[str]()
-#: Whether the session has tests that run isolated (the plugin's own to run).
-_isolated_key = pytest.StashKey[bool]()
-_SHUTDOWN_S = 30.0
-#: Logical CPUs of each simulated node: room for the ranks of a few executors at once.
-_NODE_CPUS = 16
-
-
-class _Sessions:
-    """The backends' run-wide resources (``LoadedBackend.session``, e.g. a Ray
-    cluster): each entered once, in this (the pytest) process, before the first
-    test of its backend runs, and left when the run ends."""
-
-    def __init__(self) -> None:
-        self._stack = contextlib.ExitStack()
-        self._env: dict[Callable[[], Any], Mapping[str, str] | BaseException] = {}
-        self._clusters: dict[int, SimulatedCluster | BaseException] = {}
-        self._owner = os.getpid()
-
-    def ensure(self, backend: LoadedBackend) -> None:
-        # Keyed by the session itself: backends that share one (ray, ray-graph) share its cluster.
-        session = backend.session
-        if session is None or session in self._env or os.getpid() != self._owner:
-            return
-        try:
-            # Its environment goes to each test's process, not this one's.
-            self._env[session] = self._stack.enter_context(open_session(backend, set_environ=False))
-        except Exception as exc:  # noqa: BLE001 - its tests fail with it; the run goes on
-            self._env[session] = exc
-
-    def env(self, backend: LoadedBackend) -> Mapping[str, str]:
-        """The environment for a test of ``backend``; fails the test if its session did not start."""
-        self.ensure(backend)
-        env = self._env.get(backend.session, {}) if backend.session is not None else {}
-        if isinstance(env, BaseException):
-            pytest.fail(f"backend {backend.name!r}: its run-wide session could not start: {env}", pytrace=False)
-        return env
-
-    def ensure_nodes(self, count: int) -> None:
-        """A Ray cluster on ``count`` simulated nodes, for the run's variants of
-        that many nodes; none where ``RAY_ADDRESS`` names a cluster (they run there)."""
-        if count in self._clusters or os.getpid() != self._owner or os.environ.get("RAY_ADDRESS"):
-            return
-        try:
-            from harness.executors.ray.simulated_cluster import SimulatedCluster
-
-            self._clusters[count] = self._stack.enter_context(SimulatedCluster.start(count, _NODE_CPUS))
-        except Exception as exc:  # noqa: BLE001 - its tests fail with it; the run goes on
-            self._clusters[count] = exc
-
-    def heal(self, count: int) -> None:
-        """Bring back the nodes of the simulated cluster of ``count`` nodes that a
-        test's fault took (C8's node checks kill one, or cut it off), before the
-        next test drives it; a cluster that cannot be healed fails later tests."""
-        cluster = self._clusters.get(count)
-        if cluster is None or isinstance(cluster, BaseException) or os.getpid() != self._owner:
-            return
-        try:
-            cluster.heal()
-        except Exception as exc:  # noqa: BLE001 - its tests fail with it; the run goes on
-            self._clusters[count] = RuntimeError(f"a node lost in an earlier test could not be brought back: {exc}")
-
-    def world(self, count: int) -> int | None:
-        """The host pid of the world's init of the simulated cluster of ``count``
-        nodes (a test process of its variants joins the world), if one runs."""
-        cluster = self._clusters.get(count)
-        return None if cluster is None or isinstance(cluster, BaseException) else cluster.nodes.world_pid
-
-    def node_inits(self, count: int) -> dict[str, int]:
-        """The simulated nodes of the cluster of ``count`` nodes, by name ("node 1"):
-        the host pid of each one's init; none where no simulated cluster runs."""
-        cluster = self._clusters.get(count)
-        if cluster is None or isinstance(cluster, BaseException):
-            return {}
-        return {f"node {n.index}": n.init for n in cluster.nodes.nodes}
-
-    def nodes_env(self, count: int) -> Mapping[str, str]:
-        """The environment for a test of a ``count``-node variant; fails the test
-        if its cluster did not start, skips it where it cannot reach the cluster."""
-        self.ensure_nodes(count)
-        cluster = self._clusters.get(count)
-        if cluster is None:
-            return {}  # RAY_ADDRESS: the test drives the cluster it names
-        if isinstance(cluster, BaseException):
-            pytest.fail(f"the simulated cluster of {count} nodes could not start: {cluster}", pytrace=False)
-        if os.getpid() == self._owner:
-            pytest.skip(
-                f"a driver of simulated nodes runs in a test process of its own, and this run has none "
-                f"(--harness-no-isolate, or no fork here): it cannot reach the {count} nodes"
-            )
-        return cluster.driver_settings()
-
-    def close(self) -> None:
-        if os.getpid() == self._owner:
-            self._stack.close()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -247,7 +160,7 @@ def pytest_configure(config: pytest.Config) -> None:
         }
     )
     config.stash[matrix_key] = matrix
-    config.stash[sessions_key] = _Sessions()
+    config.stash[sessions_key] = Sessions()
     collector = MatrixCollector(matrix, opts, config)
     if not _xdist_worker(config):
         # Written as the run goes: a run cut off keeps what it found.
@@ -270,186 +183,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Parametrise every test that uses ``backend`` over the selected variants."""
     if "harness_variant" in metafunc.fixturenames:
         parametrize(metafunc, metafunc.config.stash[options_key])
-
-
-@pytest.fixture
-def harness_variant(request: pytest.FixtureRequest) -> Variant:
-    variant: Variant = request.param
-    return variant
-
-
-@pytest.fixture
-def backend(harness_variant: Variant, request: pytest.FixtureRequest) -> Iterator[LoadedBackend]:
-    """The backend under test (factory plus its declarations), with its
-    run-wide session's environment set for the test. Its factory is checked:
-    what it returns must have ``collective_rpc``, and a failure with the
-    variant's own config is remembered, so that the variant's later tests are
-    not run (one failing factory is reported once per variant, not per test)."""
-    loaded = harness_variant.backend
-    sessions = request.config.stash[sessions_key]
-    env = sessions.nodes_env(harness_variant.nodes) if harness_variant.nodes > 1 else sessions.env(loaded)
-    if harness_variant.nodes > 1:
-        from harness.system import leaks
-
-        # C9/C10 across nodes: each node's /dev/shm is checked as this machine's is.
-        leaks.watch_nodes(sessions.node_inits(harness_variant.nodes))
-    plain = variant_config(harness_variant, scale=1.0)
-    checked = _CheckedFactory(loaded, plain, request.node)
-    with pytest.MonkeyPatch.context() as mp:
-        for key, value in env.items():
-            mp.setenv(key, value)
-        yield dataclasses.replace(loaded, factory=checked)
-
-
-def _not_started_on_nodes(name: str, config: ExecutorConfig, exc: Exception) -> RuntimeError:
-    """A start-up failure across nodes, with what nodes do not share: the usual
-    reason a backend that starts on one machine does not start on several."""
-    return RuntimeError(
-        f"{name}: the executor did not start on {config.nodes} nodes (world_size={config.world_size}): "
-        f"{type(exc).__name__}: {exc}. Each node has its own /tmp and /dev/shm, and its own loopback, as "
-        "separate machines do: a process group that meets through a file or an address there is never "
-        "reached from the other nodes"
-    )
-
-
-class _CheckedFactory:
-    """A backend's factory, as tests call it."""
-
-    def __init__(self, loaded: LoadedBackend, plain: ExecutorConfig, node: pytest.Item) -> None:
-        self._loaded, self._plain, self._node = loaded, plain, node
-
-    def __call__(self, config: ExecutorConfig) -> Executor:
-        try:
-            ex = self._loaded.factory(config)
-        except Exception as exc:
-            own = self._is_plain(config)
-            if own:
-                self._node.user_properties.append((Prop.FACTORY_FAILED, f"{type(exc).__name__}: {exc}"))
-            # Only the variant's own config: a test that changes it (C20's
-            # world_size=0) checks the error of that input, which stays as raised.
-            if config.nodes > 1 and own:
-                raise _not_started_on_nodes(self._loaded.name, config, exc) from exc
-            raise
-        if not callable(getattr(ex, "collective_rpc", None)):
-            message = (
-                f"backend {self._loaded.name!r}: the factory returned {type(ex).__name__} {ex!r:.80}, "
-                "which has no collective_rpc: a factory must return an executor (SPEC.md, the API under test; "
-                "`python -m harness docs SPEC.md` prints it)"
-            )
-            if self._is_plain(config):
-                self._node.user_properties.append((Prop.FACTORY_FAILED, message))
-            raise TypeError(message)
-        return ex
-
-    def _is_plain(self, config: ExecutorConfig) -> bool:
-        """The variant's own config, whatever start-up bound the load gave it."""
-        return dataclasses.replace(config, init_timeout_s=self._plain.init_timeout_s) == self._plain
-
-
-@pytest.fixture
-def world_size(harness_variant: Variant) -> int:
-    return harness_variant.world_size
-
-
-@pytest.fixture
-def start_method(harness_variant: Variant) -> str:
-    return harness_variant.start_method
-
-
-@pytest.fixture
-def harness_seed(request: pytest.FixtureRequest) -> int:
-    """The seed of the tensor-parallel checks (``--harness-seed``)."""
-    return request.config.stash[options_key].seed
-
-
-def variant_config(variant: Variant, scale: float | None = None) -> ExecutorConfig:
-    """The variant's config. Its start-up bound is the suite's own wait here (C22
-    checks start-up failures with configs of its own), so a loaded machine
-    stretches it (``scale``: by default :func:`start_up_scale`, the whole stretch
-    on a machine loaded at all): CI's side jobs at 10 runnable per CPU timed out
-    three correct starts across nodes at 120 s, and later two at 237 s, a bound
-    read from the load at their start, before their own workers loaded it."""
-    return ExecutorConfig(
-        world_size=variant.world_size,
-        start_method=variant.start_method,
-        nodes=variant.nodes,
-        init_timeout_s=ExecutorConfig.init_timeout_s * (start_up_scale() if scale is None else scale),
-    )
-
-
-@pytest.fixture
-def executor_config(harness_variant: Variant) -> ExecutorConfig:
-    return variant_config(harness_variant)
-
-
-@pytest.fixture
-def executor(
-    backend: LoadedBackend, executor_config: ExecutorConfig, harness_variant: Variant, request: pytest.FixtureRequest
-) -> Iterator[Executor]:
-    """An executor for this test; shut down after it, and checked for leaks.
-
-    A leak is a C9 finding, reported under C9 with this test's name; the
-    test's own clauses keep their verdict. What a backend's first start leaves
-    for good (a library's monitor thread, a runtime connection) is told apart
-    from a leak the way C10 does it: a second executor, started and shut down
-    after the first, must leave nothing more."""
-    from harness.system import leaks
-
-    before = leaks.baseline()
-    ex = backend.factory(executor_config)
-    try:
-        yield ex
-    finally:
-        try:
-            # SPEC's own bound (C9): a shutdown that hangs fails here, not at the test's timeout.
-            bounded(ex.shutdown, _SHUTDOWN_S, f"{backend.name}: shutdown() after the test")
-        except AssertionError:
-            request.node.user_properties.append((Prop.LEAK, LEAK_CLAUSE))
-            raise
-    # Processes, threads, shared memory, sockets; descriptors are C10's to judge.
-    seen: dict[str, Any] = {}
-
-    def known_residue() -> bool:
-        seen["residue"] = _residue.residue_since(before)
-        seen["proven_by"] = _residue.proven_for(harness_variant.id, seen["residue"])
-        return seen["proven_by"] is not None
-
-    def known_leak() -> bool:
-        seen["leaked_as_in"] = _residue.proven_for(harness_variant.id, seen.get("residue"), _residue.LEAKED)
-        return seen["leaked_as_in"] is not None
-
-    def second_start() -> None:
-        seen["second_start"] = leaks.snapshot()
-        backend.factory(executor_config).shutdown()
-
-    problems, again = leaks.lasting_leaks(before, second_start, known_residue=known_residue, known_leak=known_leak)
-    if again and "second_start" in seen:
-        # What this second start left again, every start leaves: the run's later
-        # tests of this variant that leave no more skip their second start.
-        leaked = _residue.residue_since(seen["second_start"])
-        if leaked is not None:
-            request.node.user_properties.append((Prop.LEAKED, leaked.to_json()))
-    elif again:
-        again = [f"{p} (as the second start after {seen['leaked_as_in']} showed)" for p in again]
-    listed = request.node.stash.get(leak_key, None)
-    if problems and not again:
-        proof = seen.get("proven_by")
-        if proof is None and seen.get("residue") is not None:
-            # Proven here: the run's later tests of this variant may reuse it (harness.pytest_plugin.residue).
-            request.node.user_properties.append((Prop.RESIDUE, seen["residue"].to_json()))
-        how = f", as a second start after {proof} showed" if proof else ""
-        request.node.user_properties.append(
-            (Prop.NOTE, f"left for good by the backend's first start (not a leak{how}): " + "; ".join(problems))
-        )
-    elif again and listed is not None:
-        known, entry = listed
-        request.node.user_properties += [
-            (Prop.KNOWN_LEAK, f"{known.reason(entry)}; found: {'; '.join(again)}"),
-            (Prop.KNOWN_LEAK_WHERE, entry.where),
-        ]
-    elif again:
-        request.node.user_properties.append((Prop.LEAK, LEAK_CLAUSE))
-        pytest.fail(f"{backend.name}: the executor leaked after shutdown: " + "; ".join(again), pytrace=False)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -502,7 +235,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if not reason:
                 pass
             elif opts.require_nodes:
-                item.stash[_missing_key] = f"{reason}, and --require-nodes demands multi-node runs"
+                item.stash[missing_key] = f"{reason}, and --require-nodes demands multi-node runs"
             else:
                 item.add_marker(pytest.mark.skip(reason=reason))
         gpu = item.get_closest_marker(GPU)
@@ -515,7 +248,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if found < need:
                 reason = f"needs {need} GPU{'s' * (need > 1)}, found {found}"
                 if need <= opts.require_gpus:
-                    item.stash[_missing_key] = f"{reason}, and --require-gpus {opts.require_gpus} demands them"
+                    item.stash[missing_key] = f"{reason}, and --require-gpus {opts.require_gpus} demands them"
                 else:
                     item.add_marker(pytest.mark.skip(reason=reason))
     if opts.sample or opts.sample_others:
@@ -558,7 +291,7 @@ def _in_sample(item: pytest.Item, opts: Options) -> bool:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Fail GPU tests whose GPUs are required but missing (multi-node tests,
     their nodes); skip clauses the backend declares unsupported."""
-    missing = item.stash.get(_missing_key, None)
+    missing = item.stash.get(missing_key, None)
     if missing:
         pytest.fail(missing, pytrace=False)
     clauses = clauses_of(item)
@@ -681,7 +414,7 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
     opts = session.config.stash[options_key]
     if opts.jobs <= 1 or not opts.isolate or not hasattr(os, "pidfd_open") or _under_xdist(session.config):
         return None  # pytest's own loop (or xdist's), one test at a time
-    if not session.stash.get(_isolated_key, False):
+    if not session.stash.get(isolated_key, False):
         return None
     if session.testsfailed and not session.config.option.continue_on_collection_errors:
         raise session.Interrupted(f"{session.testsfailed} error{'s' * (session.testsfailed != 1)} during collection")
@@ -708,7 +441,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     """Run distributed tests in a forked child that leads its own process group."""
     if _reported_before_fork(item):
         return True
-    if not item.session.stash.get(_isolated_key, False):
+    if not item.session.stash.get(isolated_key, False):
         return None  # no test of ours in this session: pytest (and its other plugins) run it as they would
     # Also before a test that runs here: what the isolated tests before it did
     # not tear down here (they ran elsewhere) must not stand in its way.
@@ -729,8 +462,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Before any test runs, import in this process what every test process
     would import again (torch), when some test will run isolated."""
-    session.stash[_isolated_key] = any(_runs_isolated(i) for i in session.items)
-    if session.stash[_isolated_key]:
+    session.stash[isolated_key] = any(_runs_isolated(i) for i in session.items)
+    if session.stash[isolated_key]:
         loaded = session.config.stash[options_key].loaded.values()
         prepare_parent([m for b in loaded if isinstance(b, LoadedBackend) for m in b.preload])
 
