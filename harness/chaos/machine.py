@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Any
 from harness.chaos.bounded import attempt, attempt_on_thread
 from harness.chaos.model import HANG_S, SHUTDOWN_BOUND_S, Echo, Model, Outcome, Violation
 from harness.conformance import probes
-from harness.conformance._checks import process_gone
 from harness.system.load import load_scale
+from harness.system.processes import is_zombie
 
 if TYPE_CHECKING:
     from harness.chaos.state import Run
@@ -457,11 +457,11 @@ class _Operations:
         if outcome.hung or (outcome.error is not None and self.model.died_at is None):
             raise Violation("C9", f"{what}: shutdown() {outcome.describe()}")
         self.model.within(outcome.seconds, SHUTDOWN_BOUND_S, "C9", f"{what}: shutdown()")
-        left = [pid for pid in self.pids if pid is not None and pid != os.getpid() and not process_gone(pid)]
+        left = [pid for pid in self.pids if pid is not None and pid != os.getpid() and not is_zombie(pid)]
         deadline = time.monotonic() + SHUTDOWN_BOUND_S * load_scale() - outcome.seconds
         while left and time.monotonic() < deadline:
             time.sleep(0.05)
-            left = [pid for pid in left if not process_gone(pid)]
+            left = [pid for pid in left if not is_zombie(pid)]
         if left:
             raise Violation("C9", f"{what}: worker processes {left} still run after shutdown() returned")
         after = self._wait(

@@ -11,7 +11,6 @@ C5's) and a hang fails its clause within seconds, named.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -20,7 +19,30 @@ from typing import Any, NoReturn, TypeVar
 import psutil
 import pytest
 
+from harness.system.processes import is_zombie
+from harness.system.watchdog import bounded, outcome_of, watched
 from harness.verdicts import blocked_reason, not_applicable_reason
+
+__all__ = [
+    "STALL_S",
+    "blocked_by",
+    "bounded",
+    "bounded_while_progressing",
+    "error_from",
+    "error_of",
+    "expect_equal",
+    "is_one_future",
+    "not_applicable",
+    "one_future",
+    "process_gone",
+    "process_reaped",
+    "raised_by",
+    "result_of",
+    "token",
+    "wait_until",
+    "wait_while_progressing",
+    "within",
+]
 
 T = TypeVar("T")
 
@@ -36,44 +58,6 @@ def blocked_by(clause: str, reason: str) -> NoReturn:
     backend fails that clause (whose own tests report it)."""
     __tracebackhide__ = True
     pytest.skip(blocked_reason(clause, reason))
-
-
-def _watched(
-    fn: Callable[[], T], what: str, wait: Callable[[threading.Thread, list[tuple[bool, Any]]], object]
-) -> list[tuple[bool, Any]]:
-    """``fn()`` on a daemon watchdog thread, waited for by ``wait(thread, box)``; the box
-    holds (True, its result) or (False, its exception) once it returned, else nothing."""
-    box: list[tuple[bool, Any]] = []
-
-    def run() -> None:
-        try:
-            box.append((True, fn()))
-        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
-            box.append((False, exc))
-
-    thread = threading.Thread(target=run, name=f"harness-watchdog: {what}"[:60], daemon=True)
-    thread.start()
-    wait(thread, box)
-    return box
-
-
-def _outcome(box: list[tuple[bool, Any]]) -> Any:
-    ok, value = box[0]
-    if not ok:
-        raise value
-    return value
-
-
-def bounded(fn: Callable[[], T], seconds: float, what: str, why_longer: str = "") -> T:
-    """``fn()``, run on a watchdog thread: its result, or its exception re-raised
-    here; fails the test if it has not returned within ``seconds``. The hung
-    thread is a daemon, left behind: the test process is the suite's own and ends.
-    ``why_longer``: the failure names a bound shorter than ``seconds``, and why it waited longer."""
-    __tracebackhide__ = True
-    box = _watched(fn, what, lambda thread, _: thread.join(seconds))
-    if not box:
-        raise AssertionError(f"{what} did not return within {why_longer or f'{seconds:g} s'}")
-    return _outcome(box)  # type: ignore[no-any-return]
 
 
 def is_one_future(obj: Any) -> bool:
@@ -188,21 +172,18 @@ def bounded_while_progressing(
     machine keeps going."""
     __tracebackhide__ = True
     start = time.monotonic()
-    box = _watched(fn, what, lambda _, box: wait_while_progressing(lambda: bool(box), progress, stall_s, limit_s))
+    box = watched(fn, what, lambda _, box: wait_while_progressing(lambda: bool(box), progress, stall_s, limit_s))
     if not box:
         raise AssertionError(
             f"{what} did not return within {time.monotonic() - start:.0f} s: it stood at {progress()!r}, "
             f"with no progress for {stall_s:.0f} s (or {limit_s:.0f} s in all)"
         )
-    return _outcome(box)  # type: ignore[no-any-return]
+    return outcome_of(box)  # type: ignore[no-any-return]
 
 
 def process_gone(pid: int) -> bool:
     """True once ``pid`` has exited (a zombie counts as exited but not reaped)."""
-    try:
-        return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
-    except psutil.NoSuchProcess:
-        return True
+    return is_zombie(pid)
 
 
 def process_reaped(pid: int) -> bool:

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.conformance import _spec_bounds, probes
+from harness.conformance import probes, spec_bounds
 from harness.conformance._checks import bounded, not_applicable, wait_until
 from harness.conformance._markers import names_in
 from harness.conformance._workers import worker_pids
@@ -39,7 +39,7 @@ def kill(pid: int) -> float:
 
 def left(died: float) -> float:
     """Seconds left of C8's bound since the death (stretched with the machine's load)."""
-    return _spec_bounds.left(died, DEATH_BOUND_S)
+    return spec_bounds.left(died, DEATH_BOUND_S)
 
 
 def expect_failure(error: BaseException | None, what: str) -> None:
@@ -88,9 +88,9 @@ def kill_a_rank_inside_a_collective(
     assert not caller.is_alive(), (
         f"the call whose collective rank {rank} (pid {pid}) left did not end within "
         f"{DEATH_BOUND_S:g} s of the death (the other ranks: {survivors.replace('_', ' ')})"
-        + _spec_bounds.waited(DEATH_BOUND_S)
+        + spec_bounds.waited(DEATH_BOUND_S)
     )
-    _spec_bounds.judge(time.monotonic() - died, DEATH_BOUND_S, f"the call's failure after rank {rank} died")
+    spec_bounds.judge(time.monotonic() - died, DEATH_BOUND_S, f"the call's failure after rank {rank} died")
     expect_failure(outcome[0], f"the call whose collective rank {rank} left")
     bounded(executor.shutdown, 30, f"shutdown() after rank {rank} died inside a collective")
     return rank, pid

@@ -16,7 +16,7 @@ from harness import ExecutorConfig
 from harness.conformance import probes
 from harness.conformance._checks import bounded, error_of, expect_equal, one_future, result_of, token, within
 from harness.conformance._faults import victim
-from harness.conformance._spec_bounds import judge, stretched, waited
+from harness.conformance.spec_bounds import judge, stretched, waited
 from harness.system import leaks
 
 pytestmark = pytest.mark.timeout(300)

@@ -39,8 +39,8 @@ from harness.conformance._faults import (
     victim,
 )
 from harness.conformance._orphan_driver import BACKED_UP_CALLS
-from harness.conformance._spec_bounds import judge, raised_within, wait_within, waited
 from harness.conformance._workers import worker_pids
+from harness.conformance.spec_bounds import judge, raised_within, wait_within, waited
 from harness.system import leaks
 from harness.system.load import load_scale
 

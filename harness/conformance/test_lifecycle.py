@@ -34,8 +34,8 @@ from harness.conformance._checks import (
     wait_until,
 )
 from harness.conformance._markers import seen
-from harness.conformance._spec_bounds import bounded_by_spec, stretched, wait_within, waited
 from harness.conformance._workers import worker_pids
+from harness.conformance.spec_bounds import bounded_by_spec, stretched, wait_within, waited
 from harness.contract import FAIL_INIT_ENV
 from harness.system import growth, leaks
 from harness.system.load import load_scale

@@ -24,8 +24,8 @@ from harness.conformance import probes
 from harness.conformance._checks import bounded, error_of, not_applicable, one_future, wait_until
 from harness.conformance._faults import expect_failure
 from harness.conformance._markers import names_in
-from harness.conformance._spec_bounds import bounded_by_spec, judge, raised_within, stretched, wait_within, waited
 from harness.conformance._workers import worker_pids
+from harness.conformance.spec_bounds import bounded_by_spec, judge, raised_within, stretched, wait_within, waited
 from harness.system.nodes import cut_machine, kill_machine
 from harness.system.pids import pid_namespace
 

@@ -37,7 +37,7 @@ from typing import Any
 import pytest
 
 from harness.backends import BUILTIN_BACKENDS, LoadedBackend, module_installed
-from harness.conformance import _spec_bounds
+from harness.conformance import spec_bounds
 from harness.conformance.sample import SAMPLE
 from harness.contract import CLAUSES
 from harness.pytest_plugin.expected import known_failure_key, leak_key, mark_known_failures
@@ -308,15 +308,15 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None]:
     """Put on the test's report what its checks noted about SPEC's bounds on a
-    loaded machine (``_spec_bounds``): a pass that needed the stretch says so. A
-    test its backend's list expects to fail judges them exactly (``_spec_bounds``
+    loaded machine (``spec_bounds``): a pass that needed the stretch says so. A
+    test its backend's list expects to fail judges them exactly (``spec_bounds``
     says why)."""
-    _spec_bounds.drain_notes()  # another test's, in a process that runs several
+    spec_bounds.drain_notes()  # another test's, in a process that runs several
     try:
-        with _spec_bounds.exact_while(item.stash.get(known_failure_key, False)):
+        with spec_bounds.exact_while(item.stash.get(known_failure_key, False)):
             return (yield)
     finally:
-        item.user_properties.extend((Prop.NOTE, note) for note in _spec_bounds.drain_notes())
+        item.user_properties.extend((Prop.NOTE, note) for note in spec_bounds.drain_notes())
 
 
 @pytest.hookimpl(tryfirst=True)

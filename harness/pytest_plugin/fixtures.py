@@ -16,13 +16,13 @@ from collections.abc import Iterator
 import pytest
 
 from harness.backends import LoadedBackend
-from harness.conformance._checks import bounded
 from harness.contract import Executor, ExecutorConfig
 from harness.pytest_plugin.expected import leak_key
 from harness.pytest_plugin.keys import options_key, sessions_key
 from harness.pytest_plugin.leak_check import judge_leaks
 from harness.pytest_plugin.options import Variant
 from harness.system.load import start_up_scale
+from harness.system.watchdog import bounded
 from harness.verdicts import LEAK_CLAUSE, Prop
 
 __all__ = [

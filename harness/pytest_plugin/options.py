@@ -198,7 +198,7 @@ def option_names() -> list[str]:
 
 def environment() -> dict[str, str]:
     """Every environment variable a run reads, with what it does (``conform --help`` lists them)."""
-    from harness.conformance._spec_bounds import EXACT_ENV
+    from harness.conformance.spec_bounds import EXACT_ENV
     from harness.system.cpu import CPU_LOG_ENV
 
     found = {row.env: f"as {row.option}" + (" (1 or 0)" if row.flag else "") for row in RUN_OPTIONS if row.env}

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.conformance._spec_bounds import EXACT_ENV
+from harness.conformance.spec_bounds import EXACT_ENV
 
 _HERE = Path(__file__).parent
 #: Module fixtures whose tests share one run: in one process, so that it runs once.

@@ -237,14 +237,14 @@ def test_a_shutdown_that_hangs_after_a_test_fails_c9_within_its_bound(pytester: 
 LATE_SUITE = """
 import time
 import pytest
-from harness.conformance import _spec_bounds
-from harness.conformance._spec_bounds import wait_within
+from harness.conformance import spec_bounds
+from harness.conformance.spec_bounds import wait_within
 
 @pytest.mark.harness_clause("C12")
 def test_late_on_a_loaded_machine(executor, monkeypatch):
-    monkeypatch.delenv(_spec_bounds.EXACT_ENV, raising=False)
-    monkeypatch.setattr(_spec_bounds, "load_per_cpu", lambda: 8.0)
-    monkeypatch.setattr(_spec_bounds, "load_scale", lambda: 6.0)
+    monkeypatch.delenv(spec_bounds.EXACT_ENV, raising=False)
+    monkeypatch.setattr(spec_bounds, "load_per_cpu", lambda: 8.0)
+    monkeypatch.setattr(spec_bounds, "load_scale", lambda: 6.0)
     start = time.monotonic()
     assert wait_within(lambda: time.monotonic() - start > 0.3, 0.1, "the workers' exit")
 """

@@ -8,14 +8,14 @@ import time
 
 import pytest
 
-from harness.conformance import _spec_bounds
-from harness.conformance._spec_bounds import bounded_by_spec, drain_notes, raised_within, wait_within
+from harness.conformance import spec_bounds
+from harness.conformance.spec_bounds import bounded_by_spec, drain_notes, raised_within, wait_within
 
 
 def _load(monkeypatch: pytest.MonkeyPatch, per_cpu: float) -> None:
-    monkeypatch.delenv(_spec_bounds.EXACT_ENV, raising=False)
-    monkeypatch.setattr(_spec_bounds, "load_per_cpu", lambda: per_cpu)
-    monkeypatch.setattr(_spec_bounds, "load_scale", lambda: max(1.0, min(6.0, per_cpu)))
+    monkeypatch.delenv(spec_bounds.EXACT_ENV, raising=False)
+    monkeypatch.setattr(spec_bounds, "load_per_cpu", lambda: per_cpu)
+    monkeypatch.setattr(spec_bounds, "load_scale", lambda: max(1.0, min(6.0, per_cpu)))
 
 
 def _after(seconds: float) -> object:
@@ -67,7 +67,7 @@ def test_on_a_loaded_machine_what_never_happens_still_fails_at_the_stretched_bou
 
 def test_exact_bounds_keep_spec_s_bound_on_a_loaded_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     _load(monkeypatch, 6.0)
-    monkeypatch.setenv(_spec_bounds.EXACT_ENV, "1")
+    monkeypatch.setenv(spec_bounds.EXACT_ENV, "1")
     start = time.monotonic()
     assert not wait_within(_after(0.6), 0.2, "the event")  # type: ignore[arg-type]
     assert time.monotonic() - start < 0.5, "HARNESS_EXACT_BOUNDS waited past SPEC's bound"
@@ -104,14 +104,14 @@ def test_a_slow_call_on_a_loaded_machine_returns_its_outcome_with_a_note(monkeyp
 
 def test_within_a_known_failure_a_bound_stays_exact_on_a_loaded_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     _load(monkeypatch, 4.0)
-    assert _spec_bounds.stretched(10) == 40
-    with _spec_bounds.exact_while(True):
-        assert _spec_bounds.stretched(10) == 10
-        with _spec_bounds.exact_while(False):  # nested: stays exact
-            assert _spec_bounds.stretched(10) == 10
-    with _spec_bounds.exact_while(False):
-        assert _spec_bounds.stretched(10) == 40
-    assert _spec_bounds.stretched(10) == 40
+    assert spec_bounds.stretched(10) == 40
+    with spec_bounds.exact_while(True):
+        assert spec_bounds.stretched(10) == 10
+        with spec_bounds.exact_while(False):  # nested: stays exact
+            assert spec_bounds.stretched(10) == 10
+    with spec_bounds.exact_while(False):
+        assert spec_bounds.stretched(10) == 40
+    assert spec_bounds.stretched(10) == 40
 
 
 def test_c7s_in_time_is_exact_on_a_quiet_machine(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -135,6 +135,6 @@ def test_c7s_in_time_stretches_on_a_loaded_machine_with_a_note_and_still_fails_p
     assert "TimeoutError took 9.3 s, past SPEC's 3 s" in note and "not judged" in note
     with pytest.raises(AssertionError, match=r"expected within 3 s \(SPEC's bound; waited 12 s"):
         _in_time(12.5, 3.0, "TimeoutError")
-    monkeypatch.setenv(_spec_bounds.EXACT_ENV, "1")  # the meta tests' runs of broken backends
+    monkeypatch.setenv(spec_bounds.EXACT_ENV, "1")  # the meta tests' runs of broken backends
     with pytest.raises(AssertionError):
         _in_time(3.5, 3.0, "TimeoutError")
