@@ -478,12 +478,12 @@ def _chaos(args: argparse.Namespace) -> int:
         else None,
     }
     try:
-        check_arguments(args.backend, args.world_size, args.duration, **given)
+        checked = check_arguments(args.backend, args.world_size, args.duration, **given)
     except (ValueError, TypeError, ImportError) as exc:
         return _usage_error("chaos", str(exc))
     # A SIGTERM stops the run as a Ctrl-C does: the executor it holds is shut down.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    report = run_chaos(args.backend, args.world_size, args.duration, args.seed, **given)
+    report = run_chaos(args.backend, args.world_size, args.duration, args.seed, **given, checked=checked)
     print(render(report), flush=True)
     if args.json:
         write_json(report, args.json)

@@ -160,19 +160,23 @@ def run_chaos(
     where: str = "the command line",
     declare: dict[str, str] | None = None,
     operations: int | None = None,
+    checked: tuple[LoadedBackend, str] | None = None,
 ) -> ChaosReport:
     """A chaos run of ``backend``; see the module's docstring. ``declare``: clauses
     to treat as declared unsupported (their operations leave the schedule), as
     ``conform --declare`` does: a backend's known failures, set aside to look for new ones.
     ``operations``: the schedule runs that many operations, however long they take,
-    instead of its share of ``duration_s`` (which the soak still gets)."""
+    instead of its share of ``duration_s`` (which the soak still gets).
+    ``checked``: what ``check_arguments`` gave for these arguments, where the
+    caller checked them first (the command line: bad input is a usage error);
+    else they are checked here."""
     from hypothesis import HealthCheck, Phase, Verbosity, settings
     from hypothesis import seed as seeded
     from hypothesis.stateful import run_state_machine_as_test
 
     from harness.chaos import machine, soak
 
-    loaded, method = check_arguments(
+    loaded, method = checked or check_arguments(
         backend, world_size, duration_s, start_method, soak_share, shrink_s, where, declare, operations
     )
     config = ExecutorConfig(world_size=world_size, start_method=method)

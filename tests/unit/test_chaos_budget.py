@@ -107,3 +107,19 @@ def test_the_same_seed_and_budget_run_the_same_operations_on_a_slower_machine(
     second = run_chaos("uni", 1, 2, 7, operations=40, soak_share=0)
     assert not first.findings and not second.findings, (first.findings, second.findings)
     assert len(quick) == 40 and slow == quick
+
+
+def test_the_command_line_loads_the_backend_of_a_chaos_run_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness import __main__ as cli
+    from harness.chaos import run as chaos_run
+
+    loads: list[str] = []
+    real = chaos_run.load_backend
+
+    def counted(spec: str, **kw: Any) -> Any:
+        loads.append(spec)
+        return real(spec, **kw)
+
+    monkeypatch.setattr(chaos_run, "load_backend", counted)
+    assert cli.main(["chaos", "--backend", "uni", "--world-size", "1", "--duration", "2", "--operations", "5"]) == 0
+    assert loads == ["uni"]
