@@ -40,7 +40,7 @@ from harness.backends import BUILTIN_BACKENDS, LoadedBackend, module_installed
 from harness.conformance import spec_bounds
 from harness.conformance.sample import SAMPLE
 from harness.contract import CLAUSES
-from harness.pytest_plugin.expected import known_failure_key, leak_key, mark_known_failures
+from harness.pytest_plugin.expected import known_failure_key, leak_key, mark_known_failures, unapplied_key
 from harness.pytest_plugin.fixtures import (  # noqa: F401 - the plugin's fixtures: pytest reads them from this module
     _CheckedFactory,
     backend,
@@ -497,8 +497,16 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         from harness.report.html import write_page
 
         write_page(matrix, config.getoption("harness_report_html"))
-    if not matrix.cells and not matrix.not_checked:
-        return
+    if matrix.cells or matrix.not_checked:
+        _matrix_summary(terminalreporter, config, matrix)
+    unapplied = config.stash.get(unapplied_key, [])
+    if unapplied:
+        terminalreporter.section("known failures that applied to no test", sep="-", yellow=True)
+        for line in unapplied:
+            terminalreporter.write_line(line, yellow=True)
+
+
+def _matrix_summary(terminalreporter: Any, config: pytest.Config, matrix: ClauseMatrix) -> None:
     terminalreporter.section("harness conformance: clause x backend, world size, device")
     for key, value in matrix.settings.items():
         terminalreporter.write_line(f"{key}: {value}")

@@ -45,6 +45,8 @@ __all__ = ["KNOWN_FAILURE", "Expected", "ExpectedFailures", "load_expected"]
 KNOWN_FAILURE = "known failure"
 #: Where a test's leak entry is kept for the executor fixture: (the list, the entry).
 leak_key = pytest.StashKey[tuple["ExpectedFailures", "Expected"]]()
+#: On the config: a line for each known failure that applied to no test (the run's summary names them).
+unapplied_key = pytest.StashKey[list[str]]()
 #: Set on a test its backend's list expects to fail: its checks judge SPEC's bounds exactly.
 known_failure_key = pytest.StashKey[bool]()
 
@@ -180,7 +182,8 @@ def mark_known_failures(items: list[pytest.Item], option: tuple[str, str] | None
             item.stash[leak_key] = (known, leak)
             applied.add(leak)
     if items:
-        _report_unapplied(items[0].config, unapplied(loaded.values(), applied))
+        # Once per run: a second collection (pytester's in-process runs) replaces the first's.
+        items[0].config.stash[unapplied_key] = unapplied(loaded.values(), applied)
     return lists
 
 
@@ -195,27 +198,3 @@ def unapplied(lists: Iterable[ExpectedFailures], applied: set[Expected]) -> list
         for entry in known.entries
         if entry not in applied
     ]
-
-
-class _Unapplied:
-    """Names the known failures that applied to no test, after the run's summary."""
-
-    def __init__(self, lines: list[str]) -> None:
-        self.lines = lines
-
-    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        terminalreporter.section("known failures that applied to no test", sep="-", yellow=True)
-        for line in self.lines:
-            terminalreporter.write_line(line, yellow=True)
-
-
-_UNAPPLIED_PLUGIN = "harness-known-failures-unapplied"
-
-
-def _report_unapplied(config: pytest.Config, lines: list[str]) -> None:
-    # Once per run: a second collection (pytester's in-process runs) replaces the first's.
-    previous = config.pluginmanager.get_plugin(_UNAPPLIED_PLUGIN)
-    if previous is not None:
-        config.pluginmanager.unregister(previous)
-    if lines:
-        config.pluginmanager.register(_Unapplied(lines), _UNAPPLIED_PLUGIN)
