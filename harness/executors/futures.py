@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from harness.contract import RemoteCallError, RPCTimeoutError
+from harness.contract import ExecutorShutdownError, RemoteCallError, RPCTimeoutError
 
 __all__ = ["CallFuture", "FutureQueue", "PendingCall", "Reply"]
 
@@ -260,7 +260,7 @@ class FutureQueue:
             self._calls.clear()
             self._timed = 0
         for call in calls:
-            _settle(call, None, exc)
+            _settle(call, None, _as_read_by(call, exc))
 
     @property
     def broken(self) -> BaseException | None:
@@ -316,6 +316,16 @@ def _earliest(a: float | None, b: float | None) -> float | None:
     if b is None:
         return a
     return min(a, b)
+
+
+def _as_read_by(call: PendingCall, exc: BaseException) -> BaseException:
+    """The error that fails a pending call, as its caller reads it: a shutdown's
+    names the call's method ("collective_rpc('step'): executor was shut down")."""
+    if isinstance(exc, ExecutorShutdownError) and f"collective_rpc({call.method!r})" not in str(exc):
+        named = ExecutorShutdownError(f"collective_rpc({call.method!r}): {exc}")
+        named.__cause__ = exc.__cause__
+        return named
+    return exc
 
 
 def _settle(call: PendingCall, value: Any, exc: BaseException | None) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from harness.contract import ExecutorError, RemoteCallError, RPCTimeoutError
+from harness.contract import ExecutorError, ExecutorShutdownError, RemoteCallError, RPCTimeoutError
 from harness.executors import futures
 from harness.executors.futures import CallFuture, FutureQueue, PendingCall, Reply
 
@@ -400,6 +400,22 @@ def test_fail_all_fails_pending_and_later_calls(queue: FutureQueue, receive: Scr
         queue.pump(0)
     queue.fail_all(ValueError("second"))  # the first cause is kept
     assert queue.broken is died
+
+
+def test_a_call_pending_at_shutdown_fails_with_an_error_naming_its_method(
+    queue: FutureQueue, receive: ScriptedReceive
+) -> None:
+    step, load = _call(queue, "step"), _call(queue, "load_weights")
+    queue.fail_all(ExecutorShutdownError("executor was shut down"))
+    with pytest.raises(ExecutorShutdownError, match=r"^collective_rpc\('step'\): executor was shut down$"):
+        step.future.result()
+    with pytest.raises(ExecutorShutdownError, match=r"^collective_rpc\('load_weights'\): executor was shut down$"):
+        load.future.result()
+    named = ExecutorShutdownError("collective_rpc('step'): the executor was shut down")
+    other = FutureQueue(receive)
+    kept = _call(other, "step")
+    other.fail_all(named)
+    assert kept.future.exception() is named, "an error that names the method already is kept as it is"
 
 
 def test_fail_all_leaves_completed_and_timed_out_futures_alone(queue: FutureQueue, receive: ScriptedReceive) -> None:

@@ -13,7 +13,13 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from harness.executors.mp import shm
-from harness.executors.mp.shm import NAME_PREFIX, RingFullError, RingHandle, RingReader, RingWriter
+from harness.executors.mp.shm import NAME_PREFIX, RingHandle, RingReader, RingWriter
+
+
+class RingFullError(RuntimeError):
+    """What a test's ``wait_for_space`` policy raises when it gives up (the
+    executor's own policy raises the contract's errors: a reader's process died)."""
+
 
 SHM_DIR = "/dev/shm"
 
@@ -319,7 +325,7 @@ def test_poll_returns_none_for_a_partly_written_message(rings: Rings) -> None:
 
 
 class _Stuck(RingFullError):
-    pass
+    """What this test's policy raises for a reader that stopped."""
 
 
 @pytest.mark.parametrize("how", ["stops_reading", "closed"])

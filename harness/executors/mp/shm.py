@@ -72,10 +72,6 @@ class RingHandle:
         return _HEADER + self.n_readers * _COUNTER_STRIDE + slot * (_SLOT_HDR_SIZE + self.slot_size)
 
 
-class RingFullError(RuntimeError):
-    """Raised by a ``wait_for_space`` policy that gives up; names the lagging readers."""
-
-
 class RingWriter:
     """The single writer. Creates the segment and unlinks it on ``close``; or, made
     with ``attach``, writes into a segment another process created and owns."""
