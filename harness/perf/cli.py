@@ -54,7 +54,7 @@ def add_arguments(bench: argparse.ArgumentParser) -> None:
     g.add_argument("--workload", help=f"comma-separated, of: {', '.join(WORKLOADS)}")
     g.add_argument("--compare", nargs=2, metavar=("A", "B"), help="A/B run: two backends, or one with two settings")
     g.add_argument("--gate", help="the metric an A/B run judges (default: the workload's first)")
-    # 40 rounds of 25: the sizes behind the power figures (tests/perf/power.py).
+    # 40 rounds of 25: the sizes behind the power figures (tests/perf/scripts/power.py).
     g.add_argument("--rounds", type=_int_at_least(1), default=40, help="alternating batches per side (default 40)")
     g.add_argument(
         "--reps",

@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 #: Where set, a file every isolated test's CPU and wall time by phase is
-#: appended to, a JSON line each (``tests/perf/suite_times.py cpu`` reads it).
+#: appended to, a JSON line each (``tests/perf/scripts/suite_times.py cpu`` reads it).
 CPU_LOG_ENV = "HARNESS_CPU_LOG"
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.system.load import load_scale
-from tests.chaos.runs import chaos
+from tests.chaos_runs import chaos
 
 pytestmark = pytest.mark.chaos
 

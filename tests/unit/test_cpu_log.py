@@ -1,6 +1,6 @@
 """Where a run's CPU goes: each isolated test's CPU by phase (its process, the
 workers it started), and each pytest run's own, logged where HARNESS_CPU_LOG
-names a file (tests/perf/suite_times.py cpu reads it)."""
+names a file (tests/perf/scripts/suite_times.py cpu reads it)."""
 
 from __future__ import annotations
 

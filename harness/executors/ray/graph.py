@@ -54,7 +54,7 @@ experiment.
   ranks then lacked. So the caller lets it spin 2 ms (an empty call's reply at
   world size 4), then looks again after sleeps of 0.1 ms doubling to 2 ms:
   10.6 % of a core over the same call, an empty call's median unchanged
-  (``tests/perf/ray_caller_wait.py``). The ranks' reads of the input are Ray's
+  (``tests/perf/scripts/ray_caller_wait.py``). The ranks' reads of the input are Ray's
   own loop and spin while the executor is idle (``harness bench``'s idle CPU
   of the workers).
 - Ray's raylet makes a pair of named semaphores in ``/dev/shm`` for every

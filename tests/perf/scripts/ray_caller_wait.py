@@ -1,6 +1,6 @@
 """What the `ray` and `ray-graph` backends' processes burn while they wait.
 
-Run: ``python tests/perf/ray_caller_wait.py`` (needs Ray). On a local cluster
+Run: ``python tests/perf/scripts/ray_caller_wait.py`` (needs Ray). On a local cluster
 of this machine, with executors at world size 2, it prints:
 
 - the caller's CPU over a call that sleeps 3 s in every rank, as % of one core

@@ -1,8 +1,8 @@
 """How often the quick A/B forms of ``test_power.py`` decide what they should:
 runs one of them ``--runs`` times and prints each run's ratio and decision.
 
-    .venv/bin/python -m tests.perf.quick_rates --side mp --runs 20
-    .venv/bin/python -m tests.perf.quick_rates --side regressed --runs 10 --rounds 12
+    .venv/bin/python -m tests.perf.scripts.quick_rates --side mp --runs 20
+    .venv/bin/python -m tests.perf.scripts.quick_rates --side regressed --runs 10 --rounds 12
 
 ``--side``: ``mp`` (against itself), ``regressed`` (the spinning reply thread)
 or ``delayed`` (every call 1 ms late). Run it on a quiet machine.

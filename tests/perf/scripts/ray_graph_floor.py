@@ -1,6 +1,6 @@
 """What Ray's compiled graphs cost by themselves, beside the `ray-graph` backend's figure.
 
-Run: ``python tests/perf/ray_graph_floor.py`` (needs Ray). Prints the median
+Run: ``python tests/perf/scripts/ray_graph_floor.py`` (needs Ray). Prints the median
 round trip of a compiled graph of bare actors (one actor echoing its input;
 two, each answering on its own output channel) and of plain actor calls, on a
 local cluster of this machine: the floor under `ray-graph`'s per-call figure in

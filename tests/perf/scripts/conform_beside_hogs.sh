@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job on a busy machine, as a new user would run it, against a quiet run:
-#   tests/perf/conform_beside_hogs.sh HOGS [OUT]
+#   tests/perf/scripts/conform_beside_hogs.sh HOGS [OUT]
 # A fresh clone of this repository's HEAD into OUT (default: a new folder under
 # /tmp), HOME an empty folder, HOGS processes of `while True: pass` beside
 # `make conform` (0: a quiet run). Prints the exit status and the seconds it

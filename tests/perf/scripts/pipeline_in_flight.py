@@ -2,8 +2,8 @@
 flight, and per dtype the largest error of any step's logits against the dense
 model's, beside the dtype's tolerance.
 
-    python tests/perf/pipeline_in_flight.py                      # mp, ws4, tp2xpp2, fork
-    python tests/perf/pipeline_in_flight.py --backend ray --tp 1 --pp 4
+    python tests/perf/scripts/pipeline_in_flight.py                      # mp, ws4, tp2xpp2, fork
+    python tests/perf/scripts/pipeline_in_flight.py --backend ray --tp 1 --pp 4
 
 Each dtype runs the check's streams (``harness.conformance._pipeline_parallel``:
 max(2, pp) request streams of 16 greedy steps, one step of each in flight) on

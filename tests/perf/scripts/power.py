@@ -1,6 +1,7 @@
 """How often the A/B mode flags a slowdown: the figures of the perf tier's power.
 
-    python tests/perf/power.py [--runs 20] [--world-size 1] [--delays 0.02,0.05,0.1] [--rows self,seed,beside,delayed]
+    python tests/perf/scripts/power.py [--runs 20] [--world-size 1] [--delays 0.02,0.05,0.1] \
+        [--rows self,seed,beside,delayed]
 
 For each B side, ``--runs`` A/B runs of the simulated engine step (A: plain
 ``mp``, fork; world size 1 by default, as ``test_power.py``), and how many
@@ -25,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # `tests.perf.regressed` by name
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # `tests.perf.regressed` by name
 
 from harness.perf.ab import run_ab
 from harness.perf.runner import open_side, parse_side, run_rounds

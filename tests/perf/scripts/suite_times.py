@@ -1,10 +1,10 @@
 """How long the suite takes, and where the time goes: the figures of the
 "CPU tier in 10 minutes" work, reproducible from the repository.
 
-    python tests/perf/suite_times.py overhead            # harness overhead per test, no executor
-    python tests/perf/suite_times.py breakdown [ARGS]    # one pytest run, time per phase and variant
-    python tests/perf/suite_times.py table [ROW ...]     # the wall time of each row of the target table
-    python tests/perf/suite_times.py cpu [--top N] -- CMD  # where CMD's CPU goes (a make job, conform, pytest)
+    python tests/perf/scripts/suite_times.py overhead            # harness overhead per test, no executor
+    python tests/perf/scripts/suite_times.py breakdown [ARGS]    # one pytest run, time per phase and variant
+    python tests/perf/scripts/suite_times.py table [ROW ...]     # the wall time of each row of the target table
+    python tests/perf/scripts/suite_times.py cpu [--top N] -- CMD  # where CMD's CPU goes (a make job, conform, pytest)
 
 ``breakdown`` runs ``python -m pytest ARGS --durations=0`` (default ARGS: the
 suite for the built-in backends, ``-m "not gpu" tests/distributed``) and sums

@@ -1,6 +1,6 @@
 """A/B of two commits of this repository: is a change to a built-in executor faster?
 
-    python tests/perf/ab_commits.py OLD NEW [--backend mp] [--world-size 2]
+    python tests/perf/scripts/ab_commits.py OLD NEW [--backend mp] [--world-size 2]
                                             [--start-method spawn] [--rounds 10]
 
 ``harness bench --compare`` judges two backends in one process; it cannot hold
@@ -31,7 +31,7 @@ from pathlib import Path
 
 from harness.perf.stats import SLOWER, compare
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 # What `harness bench --backend` measures, with the tree's own harness.
 _MEASURE = textwrap.dedent(
