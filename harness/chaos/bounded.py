@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from harness.chaos.model import Outcome
+from harness.system.watchdog import watched
 
 __all__ = ["attempt", "attempt_on_thread"]
 
@@ -36,21 +37,15 @@ def attempt(fn: Callable[[], Any], bound: float, what: str) -> Outcome:
 
 
 def attempt_on_thread(fn: Callable[[], Any], bound: float, what: str) -> Outcome:
-    """``fn()`` on a watchdog thread of its own, waited for at most ``bound`` seconds."""
-    box: list[Outcome] = []
+    """``fn()`` on a watchdog thread of its own (the suite's, ``harness.system.watchdog``),
+    waited for at most ``bound`` seconds."""
     start = time.monotonic()
-
-    def go() -> None:
-        try:
-            value = fn()
-            box.append(Outcome(value=value, seconds=time.monotonic() - start))
-        except BaseException as exc:  # noqa: BLE001 - the outcome under test
-            box.append(Outcome(error=exc, seconds=time.monotonic() - start))
-
-    thread = threading.Thread(target=go, name=f"harness-chaos: {what}"[:60], daemon=True)
-    thread.start()
-    thread.join(bound)
-    return box[0] if box else Outcome(hung=True, seconds=bound)
+    box = watched(fn, what, lambda thread, _: thread.join(bound))
+    seconds = time.monotonic() - start
+    if not box:
+        return Outcome(hung=True, seconds=bound)
+    ok, value = box[0]
+    return Outcome(value=value, seconds=seconds) if ok else Outcome(error=value, seconds=seconds)
 
 
 def _attempt_with_alarm(fn: Callable[[], Any], bound: float) -> Outcome:

@@ -461,9 +461,10 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Before any test runs, import in this process what every test process
-    would import again (torch), when some test will run isolated."""
+    would import again (torch), when some test will run isolated (not for
+    --collect-only, which runs none)."""
     session.stash[isolated_key] = any(_runs_isolated(i) for i in session.items)
-    if session.stash[isolated_key]:
+    if session.stash[isolated_key] and not session.config.option.collectonly:
         loaded = session.config.stash[options_key].loaded.values()
         prepare_parent([m for b in loaded if isinstance(b, LoadedBackend) for m in b.preload])
 

@@ -121,5 +121,18 @@ def test_the_command_line_loads_the_backend_of_a_chaos_run_once(monkeypatch: pyt
         return real(spec, **kw)
 
     monkeypatch.setattr(chaos_run, "load_backend", counted)
-    assert cli.main(["chaos", "--backend", "uni", "--world-size", "1", "--duration", "2", "--operations", "5"]) == 0
+    argv = [
+        "chaos",
+        "--backend",
+        "uni",
+        "--world-size",
+        "1",
+        "--duration",
+        "2",
+        "--operations",
+        "5",
+        "--soak-share",
+        "0",
+    ]
+    assert cli.main(argv) == 0
     assert loads == ["uni"]

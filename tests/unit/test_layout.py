@@ -243,3 +243,55 @@ def test_the_circle_check_finds_a_circle_of_two_and_of_three_and_nothing_in_a_ch
     }
     assert import_circles(graph) == [["a", "b"], ["c", "d", "e"]]
     assert import_circles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+#: The longest a function in harness/ may be, in lines (its decorators left out).
+LONGEST_FUNCTION = 120
+
+
+def long_functions(root: Path = HARNESS, limit: int = LONGEST_FUNCTION) -> list[str]:
+    """Each function of ``root`` over ``limit`` lines, named with its file, line and length."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > limit:
+                    found.append(f"{path.relative_to(root.parent)}:{node.lineno}: {node.name} is {length} lines")
+    return found
+
+
+def test_no_function_in_harness_is_over_120_lines() -> None:
+    assert long_functions() == []
+
+
+def test_the_length_check_names_a_long_function(tmp_path: Path) -> None:
+    package = tmp_path / "harness"
+    package.mkdir()
+    (package / "long.py").write_text("def long():\n" + "    x = 1\n" * 120 + "\n\ndef short():\n    pass\n")
+    assert long_functions(package) == ["harness/long.py:1: long is 121 lines"]
+
+
+def private_imports_across_packages(modules: dict[str, Path]) -> list[str]:
+    """Each import of a private name (or from a private module) of another package of harness."""
+
+    def package_of(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    found = []
+    for module, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("harness.")):
+                continue
+            if package_of(node.module) == package_of(module):
+                continue
+            private = [p for p in node.module.split(".") if p.startswith("_") and not p.startswith("__")]
+            private += [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+            if private:
+                found.append(f"{path.relative_to(HARNESS.parent)}:{node.lineno}: {module} imports {', '.join(private)}")
+    return found
+
+
+def test_no_package_imports_another_packages_private_names() -> None:
+    # Shared, it is public where it lives: harness.system.watchdog, .processes, conformance.spec_bounds.
+    assert private_imports_across_packages(modules_of()) == []
