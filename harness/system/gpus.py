@@ -119,8 +119,9 @@ def _listed(csv: str) -> list[ListedGpu]:
 
 def visible(gpus: list[ListedGpu], cuda_visible_devices: str | None) -> list[ListedGpu]:
     """The GPUs of ``gpus`` that ``CUDA_VISIBLE_DEVICES`` leaves, in its order: each
-    entry an index or a UUID's prefix; as CUDA does, the list ends at the first
-    entry that matches no GPU, matches two, or repeats one (unset: every GPU)."""
+    entry an index, a UUID's prefix, or a MIG instance's UUID (a device of its
+    own); as CUDA does, the list ends at the first entry that matches no GPU,
+    matches two, or repeats one (unset: every GPU)."""
     if cuda_visible_devices is None:
         return list(gpus)
     out: list[ListedGpu] = []
@@ -129,6 +130,9 @@ def visible(gpus: list[ListedGpu], cuda_visible_devices: str | None) -> list[Lis
             match = [g for g in gpus if g[0] == int(entry)]
         elif entry.startswith("GPU-"):
             match = [g for g in gpus if g[1].startswith(entry)]
+        elif entry.startswith("MIG-"):
+            # A MIG instance is a device to CUDA; nvidia-smi lists the GPUs it is carved from.
+            match = [(-1, entry, f"MIG instance {entry}")]
         else:
             match = []
         if len(match) != 1 or match[0] in out:

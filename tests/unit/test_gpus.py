@@ -71,7 +71,9 @@ LISTED = [(0, "GPU-aaa1", "NVIDIA H100"), (1, "GPU-bbb2", "NVIDIA H100"), (2, "G
         ("GPU-a", []),  # the prefix of two GPUs' UUIDs
         ("0,0,1", [0]),  # a repeat ends the list
         ("0, 2", [0, 2]),
-        ("MIG-x", []),
+        ("MIG-x", [-1]),  # a MIG instance: a device of its own, on a GPU nvidia-smi lists
+        ("MIG-x,MIG-y", [-1, -1]),
+        ("nonsense,0", []),
     ],
 )
 def test_the_visible_gpus_are_those_cuda_visible_devices_leaves_in_its_order(
