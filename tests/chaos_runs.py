@@ -11,7 +11,7 @@ from typing import Any
 
 from tests.bounded import run_bounded
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def chaos(tmp_path: Path, *args: str, bound_s: float) -> tuple[int, dict[str, Any], str]:
