@@ -49,10 +49,6 @@ __all__ = [
     "timeout_of",
 ]
 
-#: The user property (JSON) on a test's last report: what its processes left, removed after it.
-
-#: The user property on a test's reports: the machine's load per CPU as the test ended.
-
 #: On an item whose test runs as a driver of simulated nodes: the host pid of
 #: their world's init, whose namespaces the test process joins (harness.system.world).
 WORLD_KEY = pytest.StashKey[int]()
@@ -63,8 +59,7 @@ WORLD_KEY = pytest.StashKey[int]()
 #: private one would hide from the caller what the session's processes create.
 SHARED_SHM_KEY = pytest.StashKey[str]()
 
-#: What the pytest process imports once, before the first test process forks,
-#: so that no test process pays for it again (torch: about a second each).
+#: torch's thread count here before prepare_parent set it to one: each test process gets it back.
 _parent_torch_threads: int | None = None
 _prepared = False
 

@@ -1,5 +1,7 @@
 """The plugin's state for a run, kept in ``config.stash`` (and an item's or the
-session's): one key each, shared by the hooks (``__init__``) and the fixtures."""
+session's): one key each, shared by the hooks (``__init__``) and the fixtures.
+The keys one module alone reads stay with it: an isolated test's world and
+/dev/shm (``isolation``), a test's known failure and leak entry (``expected``)."""
 
 from __future__ import annotations
 

@@ -30,10 +30,8 @@ from harness.backends import LoadedBackend
 from harness.pytest_plugin import residue as _residue
 from harness.pytest_plugin.markers import GPU
 from harness.pytest_plugin.options import Options, Variant, clauses_of, variant_of
-from harness.report import FILTERED_OUT, ClauseMatrix, column_name
-from harness.verdicts import LEAK_CLAUSE, Outcome, Prop, read_skip_reason
-
-PASS, FAIL, DECLARED, NOT_RUN = Outcome.PASS, Outcome.FAIL, Outcome.DECLARED, Outcome.NOT_RUN
+from harness.report import DECLARED, FAIL, FILTERED_OUT, NOT_RUN, PASS, ClauseMatrix, column_name
+from harness.verdicts import LEAK_CLAUSE, Prop, read_skip_reason
 
 __all__ = ["MatrixCollector", "tag_item"]
 
@@ -182,7 +180,8 @@ class MatrixCollector:
                 if Prop.DECLARED in props:
                     add(clause, column, DECLARED, test, str(props[Prop.DECLARED]))
                 elif said is not None:
-                    add(clause, column, *said[:1], test, said[1])
+                    outcome, why = said
+                    add(clause, column, outcome, test, why)
                 else:
                     add(clause, column, NOT_RUN, test, reason)
         elif report.passed and report.when == "teardown" and Prop.KNOWN_LEAK in props:

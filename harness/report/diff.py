@@ -18,11 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from harness.report import ClauseMatrix, backend_of_column
-from harness.verdicts import BLOCKED, Outcome, blocker_of
-
-PASS, FAIL, DECLARED = Outcome.PASS, Outcome.FAIL, Outcome.DECLARED
-NOT_APPLICABLE, NOT_RUN = Outcome.NOT_APPLICABLE, Outcome.NOT_RUN
+from harness.report import DECLARED, FAIL, NOT_APPLICABLE, NOT_RUN, PASS, ClauseMatrix, backend_of_column
+from harness.verdicts import BLOCKED, blocker_of
 
 #: How good an outcome is, for "worse": checked and held, then said not to
 #: apply, then declared, then not checked, then broken.
