@@ -392,6 +392,21 @@ def result_the_caller_cannot_unpickle(worker: Any) -> Any:
     return _LoadsBadly()
 
 
+def result_of_a_class_only_the_workers_have(worker: Any, module: str) -> Any:
+    """An instance of a class defined in ``module``, a module this worker makes
+    at run time: it pickles by reference in the worker, and a caller without
+    that module cannot load it (C20)."""
+    import sys
+    import types
+
+    made = sys.modules.get(module)
+    if made is None:
+        made = types.ModuleType(module)
+        exec("class OnlyInTheWorkers:\n    pass\n", made.__dict__)
+        sys.modules[module] = made
+    return made.OnlyInTheWorkers()
+
+
 # ---- issue 9: clause sentences (C15, C24) ----------------------------------------
 
 

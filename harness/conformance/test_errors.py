@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import signal
+import sys
 import threading
 import time
 from typing import Any
@@ -14,7 +16,18 @@ import pytest
 
 from harness import ExecutorConfig
 from harness.conformance import probes
-from harness.conformance._checks import bounded, error_of, expect_equal, one_future, result_of, token, within
+from harness.conformance._checks import (
+    blocked_by,
+    bounded,
+    error_from,
+    error_of,
+    expect_equal,
+    not_applicable,
+    one_future,
+    result_of,
+    token,
+    within,
+)
 from harness.conformance._faults import victim
 from harness.conformance.spec_bounds import judge, stretched, waited
 from harness.system import leaks
@@ -54,6 +67,38 @@ def test_c6_non_block_worker_exception_fails_only_its_future(executor: Any, worl
     expect_equal(result_of(good, 60, "the future after the failed one"), ["fine"] * world_size, "the future after")
 
 
+@pytest.mark.harness_clause("C6")
+def test_c6_an_exception_on_a_rank_the_reply_is_narrowed_away_from_fails_the_call(
+    executor: Any, world_size: int
+) -> None:
+    """ "An exception in a worker fails that call": in any worker, also one whose
+    reply ``unique_reply_rank`` leaves out (every rank still runs the call)."""
+    if world_size < 2:
+        not_applicable("one rank: a call narrowed to its reply leaves no rank out")
+    reply_rank, failing = world_size - 1, 0
+    narrowed = error_from(lambda: executor.collective_rpc(probes.rank, unique_reply_rank=reply_rank))
+    if (error := bounded(narrowed, 60, f"collective_rpc(rank, unique_reply_rank={reply_rank})")) is not None:
+        blocked_by("C2", f"collective_rpc(rank, unique_reply_rank={reply_rank}) raised {error!r}")
+    for non_block in (False, True):
+        message = f"boom-{token()}"
+        what = f"collective_rpc(raise_on_rank on rank {failing}, unique_reply_rank={reply_rank}, non_block={non_block})"
+
+        def call(message: str = message, non_block: bool = non_block, what: str = what) -> Any:
+            kw = {"unique_reply_rank": reply_rank, "non_block": non_block}
+            out = executor.collective_rpc(probes.raise_on_rank, args=(failing, message), **kw)
+            return result_of(one_future(out, "non_block=True"), 60, what) if non_block else out
+
+        error = bounded(error_from(call, BaseException), 70, what)
+        assert error is not None and message in str(error), (
+            f"{what} ended with {error!r}, expected it to fail with rank {failing}'s message {message!r}: "
+            "an exception in any worker fails the call, also where the reply is narrowed to another rank"
+        )
+        _not_a_stub(error, what)
+        tag = token()
+        got = bounded(functools.partial(executor.collective_rpc, probes.echo_value, args=(tag,)), 60, "the next call")
+        expect_equal(got, [tag] * world_size, f"the call after {what}")
+
+
 @pytest.mark.harness_clause("C7")
 def test_c7_timeout_raises_in_time_and_no_late_reply_reaches_a_later_call(executor: Any, world_size: int) -> None:
     slow, t = 4.0, 1.0
@@ -65,22 +110,27 @@ def test_c7_timeout_raises_in_time_and_no_late_reply_reaches_a_later_call(execut
     _later_calls_all_work_or_all_fail(executor, world_size, slow)
 
 
-def _later_calls_all_work_or_all_fail(executor: Any, world_size: int, slow: float) -> None:
+def _later_calls_all_work_or_all_fail(executor: Any, world_size: int, slow: float, non_block_too: bool = False) -> None:
     """Later calls either get their own result, or all fail with an error that
-    says why: never the late reply of the timed-out call."""
+    says why: never the late reply of the timed-out call. ``non_block_too``:
+    every other later call is non-blocking, its result read from its future."""
     __tracebackhide__ = True
     outcomes: list[tuple[str, str]] = []
     errors: list[BaseException] = []
     deadline = time.monotonic() + slow + 10
     while time.monotonic() < deadline and len(outcomes) < 4:
         tag = token()
+        non_block = non_block_too and len(outcomes) % 2 == 1
+        what = f"a {'non-blocking' if non_block else 'blocking'} call after a timed-out call"
         try:
-            got = executor.collective_rpc(probes.echo_value, args=(tag,), timeout=slow + 10)
+            got = executor.collective_rpc(probes.echo_value, args=(tag,), timeout=slow + 10, non_block=non_block)
+            if non_block:
+                got = result_of(one_future(got, "non_block=True"), slow + 20, what)
         except Exception as exc:  # noqa: BLE001 - the clause allows failing every later call
             outcomes.append(("error", repr(exc)))
             errors.append(exc)
             continue
-        expect_equal(got, [tag] * world_size, "a call after a timed-out call")
+        expect_equal(got, [tag] * world_size, what)
         outcomes.append(("ok", tag))
         time.sleep(0.5)
     kinds = {k for k, _ in outcomes}
@@ -149,17 +199,21 @@ def _says_why(exc: BaseException) -> bool:
 
 @pytest.mark.harness_clause("C7")
 def test_c7_non_block_timeout_fails_the_future(executor: Any, world_size: int) -> None:
+    slow = 4.0
     start = time.monotonic()
     fut = one_future(
-        executor.collective_rpc(probes.sleep_on_rank, args=(0, 4.0), timeout=1.0, non_block=True), "non_block=True"
+        executor.collective_rpc(probes.sleep_on_rank_then, args=(0, slow, "late"), timeout=1.0, non_block=True),
+        "non_block=True",
     )
     # The suite's watchdog waits, not result(timeout) (C4's): C7 is judged alone.
-    exc = error_of(fut, 30, "collective_rpc(sleep_on_rank, timeout=1.0, non_block=True)")
+    exc = error_of(fut, 30, "collective_rpc(sleep_on_rank_then, timeout=1.0, non_block=True)")
     took = time.monotonic() - start
     assert isinstance(exc, TimeoutError), (
         f"the future of a call with timeout=1.0 ended with {exc!r}, expected TimeoutError"
     )
     _in_time(took, 3.0, "the future's TimeoutError")
+    # "never hands a late reply to a later call", with non_block=True too.
+    _later_calls_all_work_or_all_fail(executor, world_size, slow, non_block_too=True)
 
 
 def _refused(backend: Any, cfg: ExecutorConfig) -> None:
@@ -212,3 +266,35 @@ def test_c20_unpicklable_result_is_an_error_and_the_executor_stays_usable(execut
     assert not isinstance(info.value, TimeoutError), f"got {info.value!r}, expected an error, not a timeout"
     _not_a_stub(info.value, "an unpicklable result")
     expect_equal(executor.collective_rpc(probes.rank), list(range(world_size)), "the call after")
+
+
+@pytest.mark.harness_clause("C20")
+def test_c20_a_result_the_caller_cannot_load_is_an_error_naming_it_and_the_executor_stays_usable(
+    executor: Any, world_size: int
+) -> None:
+    """A result the worker pickles and the caller cannot load: an instance of a
+    class from a module the workers made at run time (as a plugin only the
+    workers import would be). The call fails, naming that module, and the next
+    call works."""
+    module = f"harness_only_in_the_workers_{token()}"
+    what = f"collective_rpc(result_of_a_class_only_the_workers_have, {module!r})"
+    call = error_from(
+        lambda: executor.collective_rpc(probes.result_of_a_class_only_the_workers_have, args=(module,), timeout=60),
+        BaseException,
+    )
+    try:
+        with within(60, what):
+            error = bounded(call, 70, what)
+        if error is None and module in sys.modules:
+            not_applicable("the ranks run in the caller's process: what they can import, the caller can load")
+    finally:
+        sys.modules.pop(module, None)
+    assert error is not None, f"{what} returned, expected an error: the caller has no module {module!r}"
+    assert not isinstance(error, TimeoutError), f"{what} raised {error!r}, expected an error, not a timeout"
+    _not_a_stub(error, what)
+    assert module in str(error), f"{what} raised {error!r}, expected an error naming the module it could not load"
+    try:
+        after = bounded(functools.partial(executor.collective_rpc, probes.rank), 60, f"the call after {what}")
+    except Exception as exc:
+        raise AssertionError(f"the call after {what} raised {exc!r}: the executor must stay usable") from exc
+    expect_equal(after, list(range(world_size)), f"the call after {what}")

@@ -32,8 +32,29 @@ def test_c17_a_64_mib_argument_reaches_every_rank_intact(executor: Any, world_si
 
 @pytest.mark.harness_clause("C17")
 def test_c17_large_results_from_every_rank_arrive_intact(executor: Any, world_size: int) -> None:
-    size = 16 * MIB
+    # As large as the argument of the test above ("arguments and results"), and
+    # every byte compared: a fault past the first tens of MiB shows too.
+    size = 64 * MIB
     got = executor.collective_rpc(probes.make_payload, args=(size, 1234))
+    assert isinstance(got, list) and len(got) == world_size, f"got {type(got).__name__}, expected {world_size} results"
     for r, blob in enumerate(got):
         expected = random.Random(1234 + r).randbytes(size)
-        assert blob == expected, f"rank {r}: the {size // MIB} MiB result came back altered"
+        if blob != expected:
+            how = (
+                f"{len(blob)} bytes, the first difference at byte {_first_difference(blob, expected)}"
+                if isinstance(blob, bytes)
+                else f"a {type(blob).__name__}"
+            )
+            raise AssertionError(f"rank {r}: the {size // MIB} MiB result came back altered ({how})")
+
+
+def _first_difference(got: bytes, expected: bytes) -> int:
+    """The offset of the first byte where ``got`` differs from ``expected``."""
+    lo, hi = 0, min(len(got), len(expected))
+    while lo < hi:  # halving on slices: C-speed comparisons, not a loop per byte
+        mid = (lo + hi) // 2
+        if got[lo : mid + 1] == expected[lo : mid + 1]:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo

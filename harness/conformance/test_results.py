@@ -16,6 +16,7 @@ from harness.conformance._checks import (
     blocked_by,
     bounded,
     bounded_while_progressing,
+    error_from,
     expect_equal,
     is_one_future,
     not_applicable,
@@ -186,6 +187,50 @@ def test_c4_a_wait_with_timeout_on_a_pending_future_raises_timeout_error_and_the
         [(r, tag) for r in range(world_size)],
         f"the future's result, after {call} timed out",
     )
+
+
+#: How long the call runs whose future must not read done() before it completed.
+_RUNNING_S = 1.5
+
+
+@pytest.mark.harness_clause("C4")
+def test_c4_each_future_method_behaves_as_concurrent_futures_does_for_the_calls_outcome(
+    executor: Any, world_size: int
+) -> None:
+    """``done()`` says whether the call completed, not whether it was sent; a
+    failed call's ``exception()`` returns its error (with a timeout too) and
+    ``result()`` raises it, as ``concurrent.futures.Future``'s do."""
+    tag = token()
+    submitted = time.monotonic()
+    fut = executor.collective_rpc(probes.sleep_then_echo, args=(_RUNNING_S, tag), non_block=True)
+    returned = time.monotonic() - submitted
+    assert is_one_future(fut), f"got {type(fut).__name__}, expected a concurrent.futures.Future"
+    done = fut.done()
+    since = time.monotonic() - submitted
+    # A backend that runs calls on the caller's thread returns them complete:
+    # done() is then right to say so. Earlier, the workers are still asleep.
+    if returned < _RUNNING_S and since < _RUNNING_S - 0.1:
+        assert not done, (
+            f"future.done() was True {since:.2f} s after the submission of a call that runs {_RUNNING_S:g} s: "
+            "done() must say the call completed, not that it was sent"
+        )
+    expect_equal(result_of(fut, 60, "the future of a 1.5 s call"), [(r, tag) for r in range(world_size)], "result()")
+    assert fut.done(), "future.done() is False after result() returned"
+
+    message = f"boom-{token()}"
+    bad = one_future(
+        executor.collective_rpc(probes.raise_on_rank, args=(world_size - 1, message), non_block=True), "non_block"
+    )
+    raised = bounded(error_from(bad.result), 60, "result() of the future of a call that raises on a rank")
+    if raised is None or message not in str(raised):
+        blocked_by("C6", f"result() of a call that raised {message!r} on rank {world_size - 1} gave {raised!r}")
+    for call, wait in (("exception()", bad.exception), ("exception(timeout=30)", lambda: bad.exception(timeout=30))):
+        got = bounded(wait, 60, f"future.{call} of a failed call")
+        assert isinstance(got, BaseException) and message in str(got), (
+            f"future.{call} of a call that failed with {message!r} returned {got!r}, expected that error "
+            "(result() raised it)"
+        )
+    assert bad.done(), "future.done() is False for a call that failed"
 
 
 def _record(lock: threading.Lock, order: list[int], i: int, _future: Any) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
 import os
 import threading
 import time
@@ -2447,3 +2448,231 @@ class SpinsAfterEachCall(_Wrapper):
 
 
 spins_after_each_call = SpinsAfterEachCall
+
+
+# ---- issue 51, no cheap green round 3: the cases a sentence's words reach ----
+
+
+class _NoExceptionFuture(_FutureProxy):
+    """exception() waits as result() does, then reads an error the failure path never recorded."""
+
+    def exception(self, timeout: Any = None) -> Any:
+        try:
+            self.inner.result(timeout)
+        except TimeoutError:
+            raise
+        except Exception:  # noqa: BLE001 - the bug: the error is not kept for exception()
+            return None
+        return None
+
+
+class ExceptionSaysNone(_ProxiedFutures):
+    """C4: a failed call's future says exception() is None (result() raises, as it should)."""
+
+    proxy = _NoExceptionFuture
+
+
+exception_says_none = ExceptionSaysNone
+
+
+class _DoneWhenSentFuture(_FutureProxy):
+    """done() says the request went out, not that the call completed."""
+
+    def done(self) -> bool:
+        return True
+
+
+class DoneWhenSent(_ProxiedFutures):
+    """C4: done() is True as soon as collective_rpc returned, before the call completed."""
+
+    proxy = _DoneWhenSentFuture
+
+
+done_when_sent = DoneWhenSent
+
+
+def _error_only_on(worker: Any, reply_rank: int, method: Any, args: Any, kwargs: Any) -> Any:
+    """``method`` on ``worker``; an exception on any rank but ``reply_rank`` becomes None."""
+    fn = getattr(worker, method) if isinstance(method, str) else functools.partial(method, worker)
+    try:
+        return fn(*args, **(kwargs or {}))
+    except Exception:
+        if worker.rank == reply_rank:
+            raise
+        return None
+
+
+class NarrowedHidesOtherRanksErrors(_Wrapper):
+    """C6: with unique_reply_rank=r only rank r's reply is read; an exception on
+    another rank is lost (vLLM's workers answer a narrowed call from rank r only)."""
+
+    def collective_rpc(
+        self,
+        method: Any,
+        timeout: Any = None,
+        args: Any = (),
+        kwargs: Any = None,
+        non_block: bool = False,
+        unique_reply_rank: Any = None,
+    ) -> Any:
+        if unique_reply_rank is None or not 0 <= unique_reply_rank < self.world_size:
+            return self.inner.collective_rpc(method, timeout, args, kwargs, non_block, unique_reply_rank)
+        wrapped = (unique_reply_rank, method, args, kwargs)
+        return self.inner.collective_rpc(_error_only_on, timeout, wrapped, None, non_block, unique_reply_rank)
+
+
+narrowed_hides_other_ranks_errors = NarrowedHidesOtherRanksErrors
+
+
+class LateReplyToTheNextFuture(_Wrapper):
+    """C7, with non_block=True: a future whose timeout passed fails with
+    TimeoutError, but its call is left pending, and its reply, when it comes, is
+    the next call's result (blocking calls time out correctly)."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        self._late: Any = None
+
+    def collective_rpc(
+        self,
+        method: Any,
+        timeout: Any = None,
+        args: Any = (),
+        kwargs: Any = None,
+        non_block: bool = False,
+        unique_reply_rank: Any = None,
+    ) -> Any:
+        late, self._late = self._late, None
+        if late is not None:
+            own = self.inner.collective_rpc(method, None, args, kwargs, non_block, unique_reply_rank)
+            if not non_block:
+                return late.result()
+            handed: concurrent.futures.Future[Any] = concurrent.futures.Future()
+            own.add_done_callback(lambda _own: _settle(late, handed))
+            return handed
+        if not non_block or timeout is None:
+            return self.inner.collective_rpc(method, timeout, args, kwargs, non_block, unique_reply_rank)
+        inner = self.inner.collective_rpc(method, None, args, kwargs, True, unique_reply_rank)
+        timed: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def expire() -> None:
+            if not inner.done() and timed.set_running_or_notify_cancel():
+                self._late = inner
+                timed.set_exception(TimeoutError(f"collective_rpc timed out after {timeout} s"))
+
+        inner.add_done_callback(lambda _inner: None if timed.done() else _settle(inner, timed))
+        timer = threading.Timer(timeout, expire)
+        timer.daemon = True
+        timer.start()
+        return timed
+
+
+late_reply_to_the_next_future = LateReplyToTheNextFuture
+
+
+class CallbacksStopAtARaise(_Wrapper):
+    """C8: the failure callbacks run in a loop that the first one to raise ends:
+    the ones after it never run."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        self._callbacks: list[Any] = []
+        self.inner.register_failure_callback(self._run_all)
+
+    def register_failure_callback(self, callback: Any) -> None:
+        self._callbacks.append(callback)
+
+    def _run_all(self) -> None:
+        try:
+            for callback in self._callbacks:
+                callback()
+        except Exception:  # noqa: BLE001 - the bug: one raising callback ends the loop
+            return
+
+
+callbacks_stop_at_a_raise = CallbacksStopAtARaise
+
+
+#: Where CorruptsLargeResults changes a byte: past the largest result the suite
+#: checked byte by byte before (16 MiB).
+_CORRUPT_AT = 24 << 20
+
+
+class CorruptsLargeResults(_Wrapper):
+    """C17: a result longer than 24 MiB comes back with one byte changed past
+    that offset (arguments and smaller results arrive intact)."""
+
+    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
+        out = super().collective_rpc(*a, **kw)
+        if isinstance(out, list):
+            return [_corrupted(r) for r in out]
+        return out
+
+
+def _corrupted(value: Any) -> Any:
+    if not isinstance(value, bytes) or len(value) <= _CORRUPT_AT:
+        return value
+    changed = bytearray(value)
+    changed[_CORRUPT_AT] ^= 0xFF
+    return bytes(changed)
+
+
+corrupts_large_results = CorruptsLargeResults
+
+
+class SpinsOnceIdleAWhile(_Wrapper):
+    """C19: a watchdog thread sleeps between calls, but once no call has come for
+    3 s it polls for the next one in a busy loop (a "deep idle" mode gone wrong)."""
+
+    IDLE_S = 3.0
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        self._last = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="idle-watchdog", daemon=True)
+        self._thread.start()
+
+    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
+        self._last = time.monotonic()
+        try:
+            return super().collective_rpc(*a, **kw)
+        finally:
+            self._last = time.monotonic()
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            if time.monotonic() - self._last < self.IDLE_S:
+                self._stop.wait(0.2)
+            # else: the bug, no wait at all
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        super().shutdown()
+
+
+spins_once_idle_a_while = SpinsOnceIdleAWhile
+
+
+class UnloadableResultBreaksTheExecutor(_Wrapper):
+    """C20, "an unpicklable result", one the caller cannot load: the error is
+    raised, and the executor takes it for a broken channel and fails every call
+    after it."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        self._broken: str | None = None
+
+    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
+        if self._broken is not None:
+            raise RuntimeError(f"executor unusable since a reply could not be loaded: {self._broken}")
+        try:
+            return super().collective_rpc(*a, **kw)
+        except Exception as exc:
+            if "No module named" in str(exc):
+                self._broken = str(exc)[:200]
+            raise
+
+
+unloadable_result_breaks_the_executor = UnloadableResultBreaksTheExecutor

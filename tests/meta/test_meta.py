@@ -105,6 +105,15 @@ CASES = [
     ("keeps_each_result", "C10", "c10_an_executor_keeps_nothing"),
     # C25: idle workers sleep (Ray compiled-graph workers at 100 % of a core while idle)
     ("spinning_workers", "C25", "c25_"),
+    # issue 51, round 3: every case a sentence's words reach
+    ("exception_says_none", "C4", "c4_each_future_method"),
+    ("done_when_sent", "C4", "c4_each_future_method"),
+    ("narrowed_hides_other_ranks_errors", "C6", "c6_an_exception_on_a_rank"),
+    ("late_reply_to_the_next_future", "C7", "c7_non_block_timeout"),
+    ("callbacks_stop_at_a_raise", "C8", "c8_a_worker_dying_while_idle"),
+    ("corrupts_large_results", "C17", "c17_large_results"),
+    ("spins_once_idle_a_while", "C19", "c19_"),
+    ("unloadable_result_breaks_the_executor", "C20", "c20_a_result_the_caller_cannot_load"),
 ]
 
 
@@ -112,6 +121,14 @@ CASES = [
 NAMED = {
     "narrowed_out_of_order": "the future of stream 1 step 0 completed before that of stream 0 step 0",
     "narrowed_to_rank_zero": "the future resolved to rank 0's reply (stage 0), expected rank 1's",
+    "exception_says_none": "exception() of a call that failed with",
+    "done_when_sent": "future.done() was True",
+    "narrowed_hides_other_ranks_errors": "also where the reply is narrowed to another rank",
+    "late_reply_to_the_next_future": "a blocking call after a timed-out call",
+    "callbacks_stop_at_a_raise": "callback #1 raising",
+    "corrupts_large_results": "the first difference at byte 25165824",
+    "spins_once_idle_a_while": "after the last call returned",
+    "unloadable_result_breaks_the_executor": "the call after collective_rpc(result_of_a_class_only_the_workers_have",
 }
 
 
