@@ -392,19 +392,31 @@ def result_the_caller_cannot_unpickle(worker: Any) -> Any:
     return _LoadsBadly()
 
 
-def result_of_a_class_only_the_workers_have(worker: Any, module: str) -> Any:
-    """An instance of a class defined in ``module``, a module this worker makes
-    at run time: it pickles by reference in the worker, and a caller without
-    that module cannot load it (C20)."""
+def _module_only_the_workers_have(module: str) -> Any:
+    """``module``, made in this process at run time (once), with a class and an
+    exception class: they pickle by reference here, and a caller without that
+    module cannot load them."""
     import sys
     import types
 
     made = sys.modules.get(module)
     if made is None:
         made = types.ModuleType(module)
-        exec("class OnlyInTheWorkers:\n    pass\n", made.__dict__)
+        exec("class OnlyInTheWorkers:\n    pass\n\nclass OnlyInTheWorkersError(Exception):\n    pass\n", made.__dict__)
         sys.modules[module] = made
-    return made.OnlyInTheWorkers()
+    return made
+
+
+def result_of_a_class_only_the_workers_have(worker: Any, module: str) -> Any:
+    """An instance of a class only the workers can import (C20)."""
+    return _module_only_the_workers_have(module).OnlyInTheWorkers()
+
+
+def raise_a_class_only_the_workers_have(worker: Any, rank: int, module: str, message: str) -> int:
+    """On ``rank``, raise an exception whose class only the workers can import (C6)."""
+    if worker.rank == rank:
+        raise _module_only_the_workers_have(module).OnlyInTheWorkersError(message)
+    return int(worker.rank)
 
 
 # ---- issue 9: clause sentences (C15, C24) ----------------------------------------

@@ -45,15 +45,43 @@ def _not_a_stub(exc: BaseException, what: str) -> None:
 
 @pytest.mark.harness_clause("C6")
 def test_c6_worker_exception_fails_that_call_with_its_message(executor: Any, world_size: int) -> None:
-    message = f"boom-{token()}"
-    with pytest.raises(Exception) as info:
-        executor.collective_rpc(probes.raise_on_rank, args=(world_size - 1, message))
-    _not_a_stub(info.value, "a worker exception")
-    assert message in str(info.value), f"got {info.value!r}, expected the worker's message {message!r}"
-    # The next call works: its own result on every rank, nothing the failed call left behind.
+    # In any worker: the last rank, and rank 0 (a reader that stops at the first
+    # error in rank order leaves the others' replies behind only then).
+    for failing in sorted({world_size - 1, 0}, reverse=True):
+        message = f"boom-{token()}"
+        with pytest.raises(Exception) as info:
+            executor.collective_rpc(probes.raise_on_rank, args=(failing, message))
+        _not_a_stub(info.value, "a worker exception")
+        assert message in str(info.value), f"got {info.value!r}, expected rank {failing}'s message {message!r}"
+        # The next call works: its own result on every rank, nothing the failed call left behind.
+        tag = token()
+        got = executor.collective_rpc(probes.echo_value, args=(tag,))
+        expect_equal(got, [tag] * world_size, f"the call after a failure on rank {failing}")
+
+
+@pytest.mark.harness_clause("C6")
+def test_c6_an_exception_the_caller_cannot_load_fails_the_call_with_its_message(executor: Any, world_size: int) -> None:
+    """ "An exception in a worker": also one of a class only the workers have
+    (a module they made at run time): the call fails with the worker's
+    message, within the bound of any call, and the next call works."""
+    module, message = f"harness_only_in_the_workers_{token()}", f"boom-{token()}"
+    what = f"collective_rpc(raise_a_class_only_the_workers_have, {module!r}) on rank {world_size - 1}"
+    call = functools.partial(
+        executor.collective_rpc, probes.raise_a_class_only_the_workers_have, args=(world_size - 1, module, message)
+    )
+    try:
+        error = bounded(error_from(call, BaseException), 60, what)
+    finally:
+        sys.modules.pop(module, None)
+    assert error is not None, f"{what} returned, expected it to fail"
+    _not_a_stub(error, what)
+    assert message in str(error), (
+        f"{what} raised {error!r}, expected an error carrying the worker's message {message!r} "
+        "(the exception's class is not the caller's to load; its message can still travel)"
+    )
     tag = token()
-    got = executor.collective_rpc(probes.echo_value, args=(tag,))
-    expect_equal(got, [tag] * world_size, "the call after the failure")
+    got = bounded(functools.partial(executor.collective_rpc, probes.echo_value, args=(tag,)), 60, "the next call")
+    expect_equal(got, [tag] * world_size, f"the call after {what}")
 
 
 @pytest.mark.harness_clause("C6")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -51,6 +52,11 @@ def _call_error(executor: Any, what: str) -> BaseException | None:
     """The error of a blocking call (no timeout: that is C7's), bounded by the suite's watchdog."""
 
     return raised_within(lambda: executor.collective_rpc(probes.rank), DEATH_BOUND_S, f"{what}: collective_rpc('rank')")
+
+
+def _future_of(executor: Any, method: Any) -> Any:
+    """The future of a non-blocking call of ``method``."""
+    return one_future(executor.collective_rpc(method, non_block=True), "non_block=True")
 
 
 def _expect_unhealthy(executor: Any, rank: int) -> None:
@@ -114,18 +120,28 @@ def test_c8_a_worker_dying_mid_call_fails_pending_and_later_calls_and_runs_each_
     callbacks = _Callbacks(executor)
     bounded(executor.check_health, DEATH_BOUND_S, "check_health() on a healthy executor")  # must not raise
     rank, pid = victim(executor)
-    # Every pending call fails: the one running, and the one queued behind it.
+    # Every pending call fails: the one running, the one queued behind it, and
+    # one whose reply is narrowed to rank 0 (a rank that lives on, where it is not the victim).
     pending = [
-        one_future(executor.collective_rpc(probes.sleep, args=(60.0,), non_block=True), "non_block=True")
-        for _ in range(2)
+        one_future(executor.collective_rpc(probes.sleep, args=(60.0,), non_block=True, **kw), "non_block=True")
+        for kw in ({}, {}, {"unique_reply_rank": 0})
     ]
     time.sleep(0.3)  # the first call is running on every rank
     died = kill(pid)
     for i, future in enumerate(pending):
-        what = f"pending call {i + 1} of 2 when rank {rank} (pid {pid}) was killed"
+        narrowed = " (its reply narrowed to rank 0)" if i == 2 else ""
+        what = f"pending call {i + 1} of {len(pending)}{narrowed} when rank {rank} (pid {pid}) was killed"
         expect_failure(error_of(future, left(died), f"{what}, due within {DEATH_BOUND_S:g} s"), what)
         judge(time.monotonic() - died, DEATH_BOUND_S, f"the failure of {what}")
     expect_failure(_call_error(executor, "a call after the death"), f"a call after rank {rank} died")
+    # Every later call: a non-blocking one (its future fails), and one whose
+    # argument is larger than any channel's buffer (nobody reads it on the dead rank).
+    what = f"a non-blocking call after rank {rank} died"
+    expect_failure(raised_within(lambda: _future_of(executor, probes.rank).result(), DEATH_BOUND_S, what), what)
+    what = f"a call with a 32 MiB argument after rank {rank} died"
+    large = b"\x5a" * (32 << 20)
+    call = functools.partial(executor.collective_rpc, probes.payload_digest, args=(large,))
+    expect_failure(raised_within(call, DEATH_BOUND_S, what), what)
     _expect_unhealthy(executor, rank)
     callbacks.expect_all_ran(died, rank, "a call was in flight")
     expect_failure(_call_error(executor, "a second call after the death"), f"a second call after rank {rank} died")

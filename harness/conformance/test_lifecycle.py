@@ -33,6 +33,7 @@ from harness.conformance._checks import (
     token,
     wait_until,
 )
+from harness.conformance._faults import DEATH_BOUND_S, kill, victim
 from harness.conformance._markers import seen
 from harness.conformance._workers import worker_pids
 from harness.conformance.spec_bounds import bounded_by_spec, stretched, wait_within, waited
@@ -587,18 +588,37 @@ def test_c19_idle_executor_burns_no_caller_cpu(executor: Any) -> None:
     shrink the time it is runnable."""
     executor.collective_rpc(probes.rank)
     result_of(one_future(executor.collective_rpc(probes.rank, non_block=True), "non_block=True"), 60, "a future")
-    returned = time.time()
+    _expect_an_idle_caller(time.time(), CALLER_WINDOWS, "an idle executor")
+
+
+@pytest.mark.harness_clause("C19")
+def test_c19_an_executor_whose_worker_died_burns_no_caller_cpu(executor: Any) -> None:
+    """ "With no call in flight": also once a worker has died and the executor
+    has failed (a reader looping on a closed connection spins)."""
+    rank, pid = victim(executor)
+    failed = threading.Event()
+    bounded(lambda: executor.register_failure_callback(failed.set), 30, "register_failure_callback")
+    died = kill(pid)
+    if not failed.wait(DEATH_BOUND_S * load_scale()):
+        blocked_by("C8", f"the failure callbacks did not run within {DEATH_BOUND_S:g} s of rank {rank}'s death")
+    _expect_an_idle_caller(time.time(), 1, f"an executor whose rank {rank} died {time.monotonic() - died:.1f} s ago")
+
+
+def _expect_an_idle_caller(returned: float, windows: int, what: str) -> None:
+    """The caller's whole process over ``windows`` 2 s windows one after the
+    other, from 0.5 s after ``returned``, each judged on its own."""
+    __tracebackhide__ = True
     time.sleep(0.5)  # let any post-call activity settle
     me = psutil.Process()
     runnable0, c0, t0, began = probes.threads_runnable_ns(), sum(me.cpu_times()[:2]), time.monotonic(), time.time()
-    for _ in range(CALLER_WINDOWS):
+    for _ in range(windows):
         time.sleep(CALLER_WINDOW_S)
         c1, t1, runnable1, ended = sum(me.cpu_times()[:2]), time.monotonic(), probes.threads_runnable_ns(), time.time()
         figure = {"cpu_s": c1 - c0, "wall_s": t1 - t0, "began": began, "ended": ended}
         figure.update(probes.busiest_thread(runnable0, runnable1, t1 - t0))
         burning = _burning(f"the idle caller (pid {os.getpid()})", figure, returned, IDLE_CALLER_SHARE)
         assert burning is None, (
-            f"an idle executor must burn no caller CPU (C19: under {100 * IDLE_CALLER_SHARE:g} % of one core over "
+            f"{what} must burn no caller CPU (C19: under {100 * IDLE_CALLER_SHARE:g} % of one core over "
             f"{CALLER_WINDOW_S:g} s; no thread that never sleeps): {burning}"
         )
         runnable0, c0, t0, began = runnable1, c1, t1, ended

@@ -50,6 +50,8 @@ def test_c1_blocking_call_returns_one_entry_per_rank(executor: Any, world_size: 
     got = executor.collective_rpc(probes.rank)
     assert isinstance(got, list), f"got {type(got).__name__}, expected list [collective_rpc(rank)]"
     expect_equal(got, list(range(world_size)), "collective_rpc(rank)")
+    # One entry per rank, whatever it is: also None, from every rank.
+    expect_equal(executor.collective_rpc(probes.noop), [None] * world_size, "collective_rpc(noop), every rank None")
 
 
 @pytest.mark.harness_clause("C2")
@@ -214,6 +216,15 @@ def test_c4_each_future_method_behaves_as_concurrent_futures_does_for_the_calls_
             f"future.done() was True {since:.2f} s after the submission of a call that runs {_RUNNING_S:g} s: "
             "done() must say the call completed, not that it was sent"
         )
+        # timeout=0 polls: TimeoutError at once, as concurrent.futures.Future's does, not a wait for good.
+        start = time.monotonic()
+        polled = bounded(error_from(lambda: fut.result(timeout=0), BaseException), 30, "future.result(timeout=0)")
+        took = time.monotonic() - start
+        if start - submitted < _RUNNING_S - 0.1:  # still pending when polled
+            assert isinstance(polled, _TIMEOUT_ERRORS) and took < 1.0, (
+                f"future.result(timeout=0) on a pending future ended with {polled!r} after {took:.2f} s, "
+                "expected TimeoutError at once"
+            )
     expect_equal(result_of(fut, 60, "the future of a 1.5 s call"), [(r, tag) for r in range(world_size)], "result()")
     assert fut.done(), "future.done() is False after result() returned"
 

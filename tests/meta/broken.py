@@ -2676,3 +2676,190 @@ class UnloadableResultBreaksTheExecutor(_Wrapper):
 
 
 unloadable_result_breaks_the_executor = UnloadableResultBreaksTheExecutor
+
+
+class DropsNoneReplies(_Wrapper):
+    """C1: a rank whose reply is None is left out of the list (a reader that
+    takes "no value" for "no reply")."""
+
+    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
+        out = super().collective_rpc(*a, **kw)
+        if isinstance(out, list) and kw.get("unique_reply_rank") is None:
+            return [r for r in out if r is not None]
+        return out
+
+
+drops_none_replies = DropsNoneReplies
+
+
+class _ZeroMeansForeverFuture(_FutureProxy):
+    """``if timeout:``: a timeout of 0 reads as no timeout, a wait for good."""
+
+    def result(self, timeout: Any = None) -> Any:
+        return self.inner.result(timeout or None)
+
+    def exception(self, timeout: Any = None) -> Any:
+        return self.inner.exception(timeout or None)
+
+
+class ZeroTimeoutWaits(_ProxiedFutures):
+    """C4: result(timeout=0) on a pending future waits for the call instead of raising TimeoutError."""
+
+    proxy = _ZeroMeansForeverFuture
+
+
+zero_timeout_waits = ZeroTimeoutWaits
+
+
+class StopsReadingAtTheFirstError(_Wrapper):
+    """C6: replies are read in rank order and the reading stops at the first
+    error: the replies of the ranks after it are taken by the next call."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        self._unread: dict[int, Any] = {}
+
+    def collective_rpc(
+        self,
+        method: Any,
+        timeout: Any = None,
+        args: Any = (),
+        kwargs: Any = None,
+        non_block: bool = False,
+        unique_reply_rank: Any = None,
+    ) -> Any:
+        if non_block or unique_reply_rank is not None:
+            return self.inner.collective_rpc(method, timeout, args, kwargs, non_block, unique_reply_rank)
+        replies = self.inner.collective_rpc(_captured, timeout, (method, args, kwargs))
+        unread, self._unread = self._unread, {}
+        replies = [(True, unread[r]) if r in unread else reply for r, reply in enumerate(replies)]
+        for rank, (ok, value) in enumerate(replies):
+            if not ok:
+                self._unread = {r: v for r, (o, v) in enumerate(replies) if r > rank and o}
+                raise RuntimeError(value)
+        return [value for _, value in replies]
+
+
+stops_reading_at_the_first_error = StopsReadingAtTheFirstError
+
+
+def _exception_whole(worker: Any, method: Any, args: Any, kwargs: Any) -> tuple[bool, Any]:
+    """``method``'s value, or the exception it raised, pickled whole."""
+    import pickle
+
+    fn = getattr(worker, method) if isinstance(method, str) else functools.partial(method, worker)
+    try:
+        return True, fn(*args, **(kwargs or {}))
+    except Exception as exc:  # noqa: BLE001 - handed to the caller, pickled whole
+        return False, pickle.dumps(exc)
+
+
+class PicklesExceptionsWhole(_Wrapper):
+    """C6: a worker's exception travels pickled whole; one the caller cannot
+    load becomes an error that has lost the worker's message."""
+
+    def collective_rpc(
+        self,
+        method: Any,
+        timeout: Any = None,
+        args: Any = (),
+        kwargs: Any = None,
+        non_block: bool = False,
+        unique_reply_rank: Any = None,
+    ) -> Any:
+        if non_block or unique_reply_rank is not None:
+            return self.inner.collective_rpc(method, timeout, args, kwargs, non_block, unique_reply_rank)
+        import pickle
+
+        replies = self.inner.collective_rpc(_exception_whole, timeout, (method, args, kwargs))
+        for rank, (ok, value) in enumerate(replies):
+            if not ok:
+                try:
+                    error = pickle.loads(value)
+                except Exception as exc:
+                    raise RuntimeError(f"rank {rank} raised an exception the caller cannot load") from exc
+                raise error
+        return [value for _, value in replies]
+
+
+pickles_exceptions_whole = PicklesExceptionsWhole
+
+
+class _DeathWatched(_Wrapper):
+    """Knows when a worker died (its own failure callback) and when it was shut down."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        self.dead = threading.Event()
+        self.closed = threading.Event()
+        self.inner.register_failure_callback(self.dead.set)
+
+    def shutdown(self) -> None:
+        self.closed.set()
+        super().shutdown()
+
+
+class LaterFuturesHangAfterADeath(_DeathWatched):
+    """C8, "every later call": after a death, blocking calls fail, but a
+    non-blocking call's future is queued for a reader that is gone and never completes."""
+
+    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
+        if kw.get("non_block") and self.dead.is_set():
+            return concurrent.futures.Future()
+        return super().collective_rpc(*a, **kw)
+
+
+later_futures_hang_after_a_death = LaterFuturesHangAfterADeath
+
+
+class NarrowedWaitsForItsRankOnly(_Wrapper):
+    """C8, "every pending call": a non-blocking call narrowed to one rank waits
+    for that rank's reply alone, and a death elsewhere never fails it."""
+
+    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
+        out = super().collective_rpc(*a, **kw)
+        if not kw.get("non_block") or kw.get("unique_reply_rank") is None:
+            return out
+        handed: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        out.add_done_callback(lambda f: handed.set_result(f.result()) if f.exception() is None else None)
+        return handed
+
+
+narrowed_waits_for_its_rank_only = NarrowedWaitsForItsRankOnly
+
+
+class LargeArgumentsBlockAfterADeath(_DeathWatched):
+    """C8, "every later call": after a death, a call whose argument is larger
+    than the channel's buffer blocks writing it for a reader that is gone (until shutdown)."""
+
+    def collective_rpc(self, method: Any, timeout: Any = None, args: Any = (), *a: Any, **kw: Any) -> Any:
+        if self.dead.is_set() and sum(len(x) for x in args if isinstance(x, bytes)) > 16 << 20:
+            self.closed.wait()
+            raise RuntimeError("executor shut down")
+        return super().collective_rpc(method, timeout, args, *a, **kw)
+
+
+large_arguments_block_after_a_death = LargeArgumentsBlockAfterADeath
+
+
+class SpinsAfterADeath(_DeathWatched):
+    """C19: once a worker died, a reader thread polls its closed connection in a
+    busy loop until shutdown."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        self._reader = threading.Thread(target=self._read, name="reply-reader", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        self.dead.wait()
+        while not self.closed.is_set():
+            pass  # the bug: the connection is closed, and every read returns at once
+
+    def shutdown(self) -> None:
+        self.closed.set()
+        self._reader.join()
+        super().shutdown()
+
+
+spins_after_a_death = SpinsAfterADeath

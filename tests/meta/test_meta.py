@@ -114,6 +114,14 @@ CASES = [
     ("corrupts_large_results", "C17", "c17_large_results"),
     ("spins_once_idle_a_while", "C19", "c19_"),
     ("unloadable_result_breaks_the_executor", "C20", "c20_a_result_the_caller_cannot_load"),
+    ("drops_none_replies", "C1", "c1_blocking_call_returns"),
+    ("zero_timeout_waits", "C4", "c4_each_future_method"),
+    ("stops_reading_at_the_first_error", "C6", "c6_worker_exception_fails_that_call"),
+    ("pickles_exceptions_whole", "C6", "c6_an_exception_the_caller_cannot_load"),
+    ("later_futures_hang_after_a_death", "C8", "c8_a_worker_dying_mid_call"),
+    ("narrowed_waits_for_its_rank_only", "C8", "c8_a_worker_dying_mid_call"),
+    ("large_arguments_block_after_a_death", "C8", "c8_a_worker_dying_mid_call"),
+    ("spins_after_a_death", "C19", "c19_an_executor_whose_worker_died"),
 ]
 
 
@@ -129,6 +137,14 @@ NAMED = {
     "corrupts_large_results": "the first difference at byte 25165824",
     "spins_once_idle_a_while": "after the last call returned",
     "unloadable_result_breaks_the_executor": "the call after collective_rpc(result_of_a_class_only_the_workers_have",
+    "drops_none_replies": "every rank None",
+    "zero_timeout_waits": "future.result(timeout=0)",
+    "stops_reading_at_the_first_error": "the call after a failure on rank 0",
+    "pickles_exceptions_whole": "expected an error carrying the worker's message",
+    "later_futures_hang_after_a_death": "a non-blocking call after rank",
+    "narrowed_waits_for_its_rank_only": "its reply narrowed to rank 0",
+    "large_arguments_block_after_a_death": "a call with a 32 MiB argument after rank",
+    "spins_after_a_death": "an executor whose rank",
 }
 
 

@@ -32,10 +32,22 @@ def normalised(text: str) -> str:
     return " ".join(text.replace("\\|", "|").split())
 
 
+#: The heading of the section after the sentence table: the cases each word of a sentence ranges over.
+WORDS_HEADING = "## What the words of each sentence range over"
+
+
+def _sections() -> tuple[str, str]:
+    """docs/sentences.md's sentence table, and the section on what the words range over."""
+    text = SENTENCES.read_text(encoding="utf-8")
+    assert WORDS_HEADING in text, f"docs/sentences.md has no section {WORDS_HEADING!r}"
+    head, _, words = text.partition(WORDS_HEADING)
+    return head, words
+
+
 def table() -> list[tuple[str, str, str, str]]:
     """(clause, sentence, tests, broken backends) of each row of docs/sentences.md."""
     rows = []
-    for line in SENTENCES.read_text(encoding="utf-8").splitlines():
+    for line in _sections()[0].splitlines():
         if not re.match(r"^\| C\d+ \|", line):
             continue
         cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
@@ -105,3 +117,27 @@ def test_every_broken_backend_named_exists_and_gaps_say_so() -> None:
         assert names or backends.startswith("none yet: "), (
             f"{clause}: {sentence!r} names no broken backend and does not say 'none yet: <why>'"
         )
+
+
+def word_rows() -> list[list[str]]:
+    """(clause, words, cases, checked by, left out) of each row of the words section."""
+    rows = []
+    for line in _sections()[1].splitlines():
+        if re.match(r"^\| C\d+ \|", line):
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+            assert len(cells) == 5, f"docs/sentences.md, words section: a row of {len(cells)} cells, expected 5: {line}"
+            rows.append(cells)
+    return rows
+
+
+def test_the_words_of_every_clause_are_ranged_over_with_tests_and_backends_that_exist() -> None:
+    """Every clause has a row in the section on what its words range over, and
+    every test it names (in backquotes) is a test of the suite."""
+    rows = word_rows()
+    ids = [c for c, _ in clauses(SPEC.read_text(encoding="utf-8"))]
+    assert sorted({r[0] for r in rows}, key=lambda c: int(c[1:])) == ids, "a clause without a row in the words section"
+    known_tests = suite_tests()
+    for clause, words, *rest in rows:
+        for name in _NAME.findall(" ".join(rest)):
+            if name.startswith("test_c"):
+                assert name in known_tests, f"{clause} {words}: {name} is not a test of harness/conformance"
