@@ -12,7 +12,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test-vllm-page install install-vllm install-compat conform conform-full test-quick chaos test test-core test-suite test-meta test-vllm-mp test-vllm-uni test-vllm-tokens test-vllm-rest test-meta-side test-nodes-meta test-apart test-chaos test-chaos-meta test-chaos-built-in test-browser install-browser screenshot test-nodes test-nodes-full test-vllm test-vllm-full vllm-perf vllm-report vllm-chaos vllm-versions lint bench gpu-test gpu-test-vllm
+.PHONY: test-vllm-page install install-vllm install-compat conform conform-full test-quick chaos test test-core test-suite test-meta test-vllm-mp test-vllm-uni test-vllm-tokens test-vllm-rest test-meta-side test-nodes-meta test-apart test-chaos test-chaos-meta test-chaos-built-in test-browser install-browser screenshot test-nodes test-nodes-full test-vllm test-vllm-full vllm-perf vllm-report vllm-chaos vllm-versions lint bench gpu-test gpu-test-vllm mutation
 
 ## pip byte-compiles what it installs: keep it. Where PYTHONDONTWRITEBYTECODE is
 ## set (CI's machine sets it), a venv installed with --no-compile never gets its
@@ -327,6 +327,38 @@ install-browser:
 ## The README's picture of the HTML report (docs/report-page.png), from a real run.
 screenshot: $(STAMP) install-browser
 	$(BIN)/python -m tests.browser.screenshot
+
+## Mutation testing of the reference executor's call path (mp, its worker and
+## shared-memory rings, the futures, the worker group) with cosmic-ray; outside CI,
+## it takes hours (docs/mutation.md). cosmic-ray writes each mutant into the file
+## on disk, so it runs in a copy of the committed tree (MUTATION_REV, by git
+## archive) in build/mutation/tree, never in this one; the per-mutant command
+## imports harness from that copy with .venv's python. MUTATION_SAMPLE=N runs a
+## random N of the mutants, chosen with MUTATION_SEED. The session database,
+## build/mutation/session.sqlite, and its summary, build/mutation/summary.txt.
+MUTATION_REV ?= HEAD
+MUTATION_SAMPLE ?=
+MUTATION_SEED ?= 1
+COSMIC_RAY ?= cosmic-ray==8.7.0
+MUTATION_DIR := $(CURDIR)/build/mutation
+MUTATION_VENV := .venv-mutation
+MUTATION_STAMP := $(MUTATION_VENV)/.installed
+MBIN := $(CURDIR)/$(MUTATION_VENV)/bin
+MUTATION_CONFIG := $(CURDIR)/mutation/cosmic-ray.toml
+MUTATION_DB := $(MUTATION_DIR)/session.sqlite
+$(MUTATION_STAMP): Makefile
+	$(PYTHON) -m venv $(MUTATION_VENV)
+	$(MUTATION_VENV)/bin/python -m pip install -q "$(COSMIC_RAY)"
+	touch $(MUTATION_STAMP)
+mutation: $(STAMP) $(MUTATION_STAMP)
+	rm -rf $(MUTATION_DIR) && mkdir -p $(MUTATION_DIR)/tree
+	git archive $(MUTATION_REV) | tar -x -C $(MUTATION_DIR)/tree
+	cd $(MUTATION_DIR)/tree && $(MBIN)/cosmic-ray init $(MUTATION_CONFIG) $(MUTATION_DB)
+	$(MBIN)/cr-filter-operators $(MUTATION_DB) $(MUTATION_CONFIG)
+	$(if $(MUTATION_SAMPLE),$(MBIN)/python mutation/session.py sample $(MUTATION_DB) $(MUTATION_SAMPLE) --seed $(MUTATION_SEED))
+	cd $(MUTATION_DIR)/tree && MUTATION_PYTHON=$(CURDIR)/$(BIN)/python $(MBIN)/cosmic-ray baseline $(MUTATION_CONFIG)
+	cd $(MUTATION_DIR)/tree && MUTATION_PYTHON=$(CURDIR)/$(BIN)/python $(MBIN)/cosmic-ray exec $(MUTATION_CONFIG) $(MUTATION_DB)
+	$(MBIN)/python mutation/session.py summary $(MUTATION_DB) | tee $(MUTATION_DIR)/summary.txt
 
 lint: $(STAMP)
 	$(BIN)/ruff check harness tests docs/vllm/make_report.py docs/vllm/versions.py
