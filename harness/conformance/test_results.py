@@ -23,6 +23,7 @@ from harness.conformance._checks import (
     one_future,
     result_of,
     token,
+    wait_until,
 )
 from harness.system.load import load_scale
 
@@ -242,6 +243,15 @@ def test_c4_each_future_method_behaves_as_concurrent_futures_does_for_the_calls_
             "(result() raised it)"
         )
     assert bad.done(), "future.done() is False for a call that failed"
+
+    # done() alone, nothing else waiting on the future: true once the call completed.
+    quick = one_future(executor.collective_rpc(probes.rank, non_block=True), "non_block")
+    polled_s = 10 * load_scale()
+    assert wait_until(quick.done, polled_s, interval=0.01), (
+        f"future.done() stayed False for {polled_s:.0f} s after a call that completes at once, polled with "
+        "nothing else waiting on the future: done() must say the call completed"
+    )
+    expect_equal(result_of(quick, 60, "the polled future"), list(range(world_size)), "result() of the polled future")
 
 
 def _record(lock: threading.Lock, order: list[int], i: int, _future: Any) -> None:

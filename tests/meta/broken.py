@@ -2863,3 +2863,36 @@ class SpinsAfterADeath(_DeathWatched):
 
 
 spins_after_a_death = SpinsAfterADeath
+
+
+class _DoneOnlyOnceReadFuture(_FutureProxy):
+    """done() reports what result() found: a future nobody waits on stays "not done"."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self._read = False
+
+    def result(self, timeout: Any = None) -> Any:
+        try:
+            return self.inner.result(timeout)
+        finally:
+            self._read = self.inner.done()
+
+    def exception(self, timeout: Any = None) -> Any:
+        try:
+            return self.inner.exception(timeout)
+        finally:
+            self._read = self.inner.done()
+
+    def done(self) -> bool:
+        return self._read
+
+
+class DoneOnlyOnceRead(_ProxiedFutures):
+    """C4: the future completes only when result() or exception() drives it:
+    polling done() alone never sees the call complete."""
+
+    proxy = _DoneOnlyOnceReadFuture
+
+
+done_only_once_read = DoneOnlyOnceRead

@@ -122,6 +122,8 @@ CASES = [
     ("narrowed_waits_for_its_rank_only", "C8", "c8_a_worker_dying_mid_call"),
     ("large_arguments_block_after_a_death", "C8", "c8_a_worker_dying_mid_call"),
     ("spins_after_a_death", "C19", "c19_an_executor_whose_worker_died"),
+    # issue 51's mutation run: a future that completes only when read
+    ("done_only_once_read", "C4", "c4_each_future_method"),
 ]
 
 
@@ -146,6 +148,7 @@ NAMED: dict[str | tuple[str, str], str] = {
     "narrowed_waits_for_its_rank_only": "its reply narrowed to rank 0",
     "large_arguments_block_after_a_death": "a call with a 32 MiB argument after rank",
     "spins_after_a_death": "an executor whose rank",
+    "done_only_once_read": "polled with nothing else waiting on the future",
 }
 
 
