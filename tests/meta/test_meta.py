@@ -256,7 +256,7 @@ def batches(cases: Sequence[int], runs: int) -> list[list[int]]:
     shortest run; a factory at most once in a run (a run more where it is in all), so that each of its columns holds
     exactly the tests of one case. One run of many backends starts pytest, torch
     and the suite's collection once, not once per case (about 4 s of CPU each,
-    for some 80 cases, on 2 cores)."""
+    for some 110 cases and side checks, on 2 cores)."""
     out: list[list[int]] = [[] for _ in range(runs)]
     for i in sorted(cases, key=_start_order):
         fits = [b for b in out if all(_entry(j)[0] != _entry(i)[0] for j in b)]
