@@ -19,11 +19,11 @@ from harness.conformance import probes
 from harness.conformance._checks import (
     blocked_by,
     bounded,
-    error_from,
     error_of,
     expect_equal,
     not_applicable,
     one_future,
+    raised_by,
     result_of,
     token,
     within,
@@ -70,7 +70,7 @@ def test_c6_an_exception_the_caller_cannot_load_fails_the_call_with_its_message(
         executor.collective_rpc, probes.raise_a_class_only_the_workers_have, args=(world_size - 1, module, message)
     )
     try:
-        error = bounded(error_from(call, BaseException), 60, what)
+        error = raised_by(call, 60, what, catch=BaseException)
     finally:
         sys.modules.pop(module, None)
     assert error is not None, f"{what} returned, expected it to fail"
@@ -104,8 +104,8 @@ def test_c6_an_exception_on_a_rank_the_reply_is_narrowed_away_from_fails_the_cal
     if world_size < 2:
         not_applicable("one rank: a call narrowed to its reply leaves no rank out")
     reply_rank, failing = world_size - 1, 0
-    narrowed = error_from(lambda: executor.collective_rpc(probes.rank, unique_reply_rank=reply_rank))
-    if (error := bounded(narrowed, 60, f"collective_rpc(rank, unique_reply_rank={reply_rank})")) is not None:
+    narrowed = functools.partial(executor.collective_rpc, probes.rank, unique_reply_rank=reply_rank)
+    if (error := raised_by(narrowed, 60, f"collective_rpc(rank, unique_reply_rank={reply_rank})")) is not None:
         blocked_by("C2", f"collective_rpc(rank, unique_reply_rank={reply_rank}) raised {error!r}")
     for non_block in (False, True):
         message = f"boom-{token()}"
@@ -116,7 +116,7 @@ def test_c6_an_exception_on_a_rank_the_reply_is_narrowed_away_from_fails_the_cal
             out = executor.collective_rpc(probes.raise_on_rank, args=(failing, message), **kw)
             return result_of(one_future(out, "non_block=True"), 60, what) if non_block else out
 
-        error = bounded(error_from(call, BaseException), 70, what)
+        error = raised_by(call, 70, what, catch=BaseException)
         assert error is not None and message in str(error), (
             f"{what} ended with {error!r}, expected it to fail with rank {failing}'s message {message!r}: "
             "an exception in any worker fails the call, also where the reply is narrowed to another rank"
@@ -308,13 +308,12 @@ def test_c20_a_result_the_caller_cannot_load_is_an_error_naming_it_and_the_execu
     call works."""
     module = f"harness_only_in_the_workers_{token()}"
     what = f"collective_rpc(result_of_a_class_only_the_workers_have, {module!r})"
-    call = error_from(
-        lambda: executor.collective_rpc(probes.result_of_a_class_only_the_workers_have, args=(module,), timeout=60),
-        BaseException,
+    call = functools.partial(
+        executor.collective_rpc, probes.result_of_a_class_only_the_workers_have, args=(module,), timeout=60
     )
     try:
         with within(60, what):
-            error = bounded(call, 70, what)
+            error = raised_by(call, 70, what, catch=BaseException)
         if error is None and module in sys.modules:
             not_applicable("the ranks run in the caller's process: what they can import, the caller can load")
     finally:

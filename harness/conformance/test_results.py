@@ -16,11 +16,11 @@ from harness.conformance._checks import (
     blocked_by,
     bounded,
     bounded_while_progressing,
-    error_from,
     expect_equal,
     is_one_future,
     not_applicable,
     one_future,
+    raised_by,
     result_of,
     token,
     wait_until,
@@ -219,7 +219,7 @@ def test_c4_each_future_method_behaves_as_concurrent_futures_does_for_the_calls_
         )
         # timeout=0 polls: TimeoutError at once, as concurrent.futures.Future's does, not a wait for good.
         start = time.monotonic()
-        polled = bounded(error_from(lambda: fut.result(timeout=0), BaseException), 30, "future.result(timeout=0)")
+        polled = raised_by(lambda: fut.result(timeout=0), 30, "future.result(timeout=0)", catch=BaseException)
         took = time.monotonic() - start
         if start - submitted < _RUNNING_S - 0.1:  # still pending when polled
             assert isinstance(polled, _TIMEOUT_ERRORS) and took < 1.0, (
@@ -233,7 +233,7 @@ def test_c4_each_future_method_behaves_as_concurrent_futures_does_for_the_calls_
     bad = one_future(
         executor.collective_rpc(probes.raise_on_rank, args=(world_size - 1, message), non_block=True), "non_block"
     )
-    raised = bounded(error_from(bad.result), 60, "result() of the future of a call that raises on a rank")
+    raised = raised_by(bad.result, 60, "result() of the future of a call that raises on a rank")
     if raised is None or message not in str(raised):
         blocked_by("C6", f"result() of a call that raised {message!r} on rank {world_size - 1} gave {raised!r}")
     for call, wait in (("exception()", bad.exception), ("exception(timeout=30)", lambda: bad.exception(timeout=30))):

@@ -50,6 +50,13 @@ class _Wrapper:
         self.shutdown()
 
 
+def _run(worker: Any, method: Any, args: Any, kwargs: Any) -> Any:
+    """``method`` on ``worker``, as SPEC.md says a worker runs a call: a string
+    names a method of the worker, a callable gets the worker first."""
+    fn = getattr(worker, method) if isinstance(method, str) else functools.partial(method, worker)
+    return fn(*args, **(kwargs or {}))
+
+
 class ArrivalOrder(_Wrapper):
     """C1: results listed in the order ranks finished (highest rank first here)."""
 
@@ -655,7 +662,6 @@ class FirstCallbackOnly(_Wrapper):
 
 
 def _rank_order_worker(conn: Any, rank: int, world_size: int, store_path: str) -> None:
-    import functools
 
     from harness.executors.mp.worker import Worker, init_distributed
 
@@ -671,8 +677,7 @@ def _rank_order_worker(conn: Any, rank: int, world_size: int, store_path: str) -
             os._exit(0)
         method, args, kwargs = request
         try:
-            fn = getattr(worker, method) if isinstance(method, str) else functools.partial(method, worker)
-            conn.send((True, fn(*args, **(kwargs or {}))))
+            conn.send((True, _run(worker, method, args, kwargs)))
         except Exception as exc:  # noqa: BLE001 - handed to the caller
             conn.send((False, f"rank {rank}: {exc!r}"))
 
@@ -1018,12 +1023,9 @@ class CallbacksNeverRun(_ProxiedFutures):
 
 
 def _only_on(worker: Any, rank: int, method: Any, args: Any, kwargs: Any) -> Any:
-    import functools
-
     if worker.rank != rank:
         return None
-    fn = getattr(worker, method) if isinstance(method, str) else functools.partial(method, worker)
-    return fn(*args, **(kwargs or {}))
+    return _run(worker, method, args, kwargs)
 
 
 class NarrowedToOneRank(_Wrapper):
@@ -1607,11 +1609,8 @@ class SortedReplies(_Wrapper):
 
 
 def _captured(worker: Any, method: Any, args: Any, kwargs: Any) -> tuple[bool, Any]:
-    import functools
-
-    fn = getattr(worker, method) if isinstance(method, str) else functools.partial(method, worker)
     try:
-        return True, fn(*args, **(kwargs or {}))
+        return True, _run(worker, method, args, kwargs)
     except Exception as exc:  # noqa: BLE001 - handed to the caller
         return False, f"rank {worker.rank}: {exc!r}"
 
@@ -1639,11 +1638,16 @@ class StaleRepliesAfterAnError(_Wrapper):
         replies = self.inner.collective_rpc(_captured, timeout, (method, args, kwargs))
         stale, self._stale = self._stale, {}
         replies = [(True, stale[r]) if r in stale else reply for r, reply in enumerate(replies)]
-        errors = [value for ok, value in replies if not ok]
-        if errors:
-            self._stale = {r: value for r, (ok, value) in enumerate(replies) if ok}
-            raise RuntimeError(errors[0])
+        failed = [r for r, (ok, _) in enumerate(replies) if not ok]
+        if failed:
+            self._stale = self._left_unread(replies, failed[0])
+            raise RuntimeError(replies[failed[0]][1])
         return [value for _, value in replies]
+
+    def _left_unread(self, replies: list[tuple[bool, Any]], failed: int) -> dict[int, Any]:
+        """The replies the next call takes as its own, the lowest failing rank
+        being ``failed``: every rank's that succeeded."""
+        return {r: value for r, (ok, value) in enumerate(replies) if ok}
 
 
 class LateRangeCheck(_Wrapper):
@@ -2070,17 +2074,20 @@ class UnusableAfterAnUnpicklableResult(_Wrapper):
     """C20, "an unpicklable result" (and "leaves the executor usable"): the error
     is raised, and every call after it fails."""
 
+    #: What an error's text (lower case) holds for the executor to give up.
+    breaks_on = "pickl"
+
     def __init__(self, config: ExecutorConfig) -> None:
         super().__init__(config)
         self._broken: str | None = None
 
     def collective_rpc(self, *a: Any, **kw: Any) -> Any:
         if self._broken is not None:
-            raise RuntimeError(f"executor unusable since an earlier call's result failed to pickle: {self._broken}")
+            raise RuntimeError(f"executor unusable since an earlier call's result failed: {self._broken}")
         try:
             return super().collective_rpc(*a, **kw)
         except Exception as exc:
-            if "pickl" in str(exc).lower():
+            if self.breaks_on in str(exc).lower():
                 self._broken = str(exc)[:200]
             raise
 
@@ -2377,12 +2384,9 @@ def narrowed_to_rank_zero(config: ExecutorConfig) -> NarrowedToRankZero:
 
 
 def _kept(worker: Any, method: Any, args: Any, kwargs: Any) -> Any:
-    import functools
-
-    fn = getattr(worker, method) if isinstance(method, str) else functools.partial(method, worker)
     import pickle
 
-    out = fn(*args, **(kwargs or {}))
+    out = _run(worker, method, args, kwargs)
     # A copy of its own, whatever buffers the result shares with the executor's transport.
     worker.__dict__.setdefault("_harness_kept", []).append(pickle.dumps(out))
     return out
@@ -2493,9 +2497,8 @@ done_when_sent = DoneWhenSent
 
 def _error_only_on(worker: Any, reply_rank: int, method: Any, args: Any, kwargs: Any) -> Any:
     """``method`` on ``worker``; an exception on any rank but ``reply_rank`` becomes None."""
-    fn = getattr(worker, method) if isinstance(method, str) else functools.partial(method, worker)
     try:
-        return fn(*args, **(kwargs or {}))
+        return _run(worker, method, args, kwargs)
     except Exception:
         if worker.rank == reply_rank:
             raise
@@ -2655,24 +2658,12 @@ class SpinsOnceIdleAWhile(_Wrapper):
 spins_once_idle_a_while = SpinsOnceIdleAWhile
 
 
-class UnloadableResultBreaksTheExecutor(_Wrapper):
+class UnloadableResultBreaksTheExecutor(UnusableAfterAnUnpicklableResult):
     """C20, "an unpicklable result", one the caller cannot load: the error is
     raised, and the executor takes it for a broken channel and fails every call
     after it."""
 
-    def __init__(self, config: ExecutorConfig) -> None:
-        super().__init__(config)
-        self._broken: str | None = None
-
-    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
-        if self._broken is not None:
-            raise RuntimeError(f"executor unusable since a reply could not be loaded: {self._broken}")
-        try:
-            return super().collective_rpc(*a, **kw)
-        except Exception as exc:
-            if "No module named" in str(exc):
-                self._broken = str(exc)[:200]
-            raise
+    breaks_on = "no module named"
 
 
 unloadable_result_breaks_the_executor = UnloadableResultBreaksTheExecutor
@@ -2711,33 +2702,13 @@ class ZeroTimeoutWaits(_ProxiedFutures):
 zero_timeout_waits = ZeroTimeoutWaits
 
 
-class StopsReadingAtTheFirstError(_Wrapper):
+class StopsReadingAtTheFirstError(StaleRepliesAfterAnError):
     """C6: replies are read in rank order and the reading stops at the first
-    error: the replies of the ranks after it are taken by the next call."""
+    error: the replies of the ranks after it are taken by the next call (a
+    failure on the last rank leaves none behind)."""
 
-    def __init__(self, config: ExecutorConfig) -> None:
-        super().__init__(config)
-        self._unread: dict[int, Any] = {}
-
-    def collective_rpc(
-        self,
-        method: Any,
-        timeout: Any = None,
-        args: Any = (),
-        kwargs: Any = None,
-        non_block: bool = False,
-        unique_reply_rank: Any = None,
-    ) -> Any:
-        if non_block or unique_reply_rank is not None:
-            return self.inner.collective_rpc(method, timeout, args, kwargs, non_block, unique_reply_rank)
-        replies = self.inner.collective_rpc(_captured, timeout, (method, args, kwargs))
-        unread, self._unread = self._unread, {}
-        replies = [(True, unread[r]) if r in unread else reply for r, reply in enumerate(replies)]
-        for rank, (ok, value) in enumerate(replies):
-            if not ok:
-                self._unread = {r: v for r, (o, v) in enumerate(replies) if r > rank and o}
-                raise RuntimeError(value)
-        return [value for _, value in replies]
+    def _left_unread(self, replies: list[tuple[bool, Any]], failed: int) -> dict[int, Any]:
+        return {r: value for r, (ok, value) in enumerate(replies) if ok and r > failed}
 
 
 stops_reading_at_the_first_error = StopsReadingAtTheFirstError
@@ -2747,9 +2718,8 @@ def _exception_whole(worker: Any, method: Any, args: Any, kwargs: Any) -> tuple[
     """``method``'s value, or the exception it raised, pickled whole."""
     import pickle
 
-    fn = getattr(worker, method) if isinstance(method, str) else functools.partial(method, worker)
     try:
-        return True, fn(*args, **(kwargs or {}))
+        return True, _run(worker, method, args, kwargs)
     except Exception as exc:  # noqa: BLE001 - handed to the caller, pickled whole
         return False, pickle.dumps(exc)
 

@@ -44,13 +44,18 @@ def _sections() -> tuple[str, str]:
     return head, words
 
 
+def _cells(line: str) -> list[str]:
+    """The cells of a table row, split at pipes that markdown does not escape."""
+    return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+
+
 def table() -> list[tuple[str, str, str, str]]:
     """(clause, sentence, tests, broken backends) of each row of docs/sentences.md."""
     rows = []
     for line in _sections()[0].splitlines():
         if not re.match(r"^\| C\d+ \|", line):
             continue
-        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+        cells = _cells(line)
         assert len(cells) == 4, f"docs/sentences.md: a row of {len(cells)} cells, expected 4: {line}"
         rows.append((cells[0], cells[1], cells[2], cells[3]))
     return rows
@@ -124,7 +129,7 @@ def word_rows() -> list[list[str]]:
     rows = []
     for line in _sections()[1].splitlines():
         if re.match(r"^\| C\d+ \|", line):
-            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+            cells = _cells(line)
             assert len(cells) == 5, f"docs/sentences.md, words section: a row of {len(cells)} cells, expected 5: {line}"
             rows.append(cells)
     return rows
