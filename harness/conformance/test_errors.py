@@ -185,8 +185,8 @@ def test_c7_a_stopped_worker_times_out_a_request_larger_than_any_buffer(executor
     resume.start()
     try:
         start = time.monotonic()
-        error = bounded(
-            lambda: _raised(lambda: executor.collective_rpc(probes.payload, args=(data,), timeout=t)),
+        error = raised_by(
+            lambda: executor.collective_rpc(probes.payload, args=(data,), timeout=t),
             60,
             f"collective_rpc(payload of 32 MiB, timeout={t:g}) with rank {rank} stopped",
         )
@@ -209,14 +209,6 @@ def _in_time(took: float, bound_s: float, what: str) -> None:
     A late success is noted: the bound itself was not judged there."""
     assert took <= stretched(bound_s), f"{what} after {took:.1f} s, expected within {bound_s:g} s{waited(bound_s)}"
     judge(took, bound_s, what)
-
-
-def _raised(fn: Any) -> BaseException | None:
-    try:
-        fn()
-    except Exception as exc:  # noqa: BLE001 - the outcome under test
-        return exc
-    return None
 
 
 def _says_why(exc: BaseException) -> bool:
