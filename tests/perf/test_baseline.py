@@ -5,16 +5,22 @@ commands below. Where this machine kind has none, a test skips with the
 command that records one: an absolute baseline only means something on the
 kind of machine that recorded it.
 
-- CPU: an ``mp`` slowed by a millisecond a call fails the comparison, and the
-  message names the metric and the world size. (Plain ``mp`` is not compared
-  here: on a shared machine an absolute comparison is at the mercy of the
-  neighbours; the A/B mode is for that.)
+- CPU: an ``mp`` whose every call is late by twice the baseline's median step
+  fails the comparison, and the message names the metric, the world size and
+  the baseline's file. The delay is sized from the stored baseline, not fixed:
+  a host of the same fingerprint can run ``mp`` well faster than the one that
+  recorded it (CI's did, and read a 1 ms delay as "no change"), and a slowed
+  step of at least twice the baseline's median is slower on any host. The
+  smallest slowdown the suite catches (1 ms) is the A/B mode's to show, both
+  sides on one host (``test_power.py``). Plain ``mp`` is not compared here:
+  an absolute comparison is at the mercy of the host and its neighbours.
 - GPU (``gpu and perf``, a dedicated runner): ``mp``'s engine step on CUDA is
   not slower than the stored GPU baseline.
 """
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 import pytest
@@ -50,11 +56,12 @@ def stored_or_skip(side: str, device: str) -> tuple[Baseline, Path]:
 
 
 @pytest.mark.timeout(300)
-def test_an_mp_slowed_by_a_millisecond_a_call_fails_the_baseline_comparison() -> None:
+def test_an_mp_late_by_twice_the_baselines_step_fails_the_baseline_comparison() -> None:
     stored, path = stored_or_skip(CPU, "cpu")
     entry = stored.lookup(CPU, "engine-step", WORLD_SIZE, "cpu")
     assert entry is not None
-    slowed = parse_side("tests.perf.regressed:delayed@start_method=fork,env.HARNESS_PERF_DELAY_S=0.001")
+    delay_s = 2 * statistics.median(entry.metrics["step"].samples)
+    slowed = parse_side(f"tests.perf.regressed:delayed@start_method=fork,env.HARNESS_PERF_DELAY_S={delay_s:.6f}")
     work = EngineStep()
     work.use(entry.params)  # the baseline's calibrated work, not this process's
     with open_side(slowed, WORLD_SIZE) as ex:
