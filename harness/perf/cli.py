@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.perf._extra import missing
+from harness.perf.stats import MIN_SAMPLES
 from harness.perf.workloads import WORKLOADS, Samples, Workload, workload
 from harness.system.paths import check_writable
 
@@ -126,6 +127,11 @@ def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             )
     if args.compare and args.update_baseline:
         parser.error("--update-baseline records one backend's run; it does not go with --compare")
+    if args.compare and args.rounds < MIN_SAMPLES:
+        parser.error(
+            f"argument --rounds: {args.rounds}: an A/B run judges one median per round, and each side needs "
+            f"at least {MIN_SAMPLES} rounds"
+        )
     # Checked before the first round: an A/B run measures for minutes, then compares.
     needs = [("scipy", "--compare")] if args.compare else []
     needs += [("matplotlib", "--plot")] if args.plot else []
