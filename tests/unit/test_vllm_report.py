@@ -159,31 +159,74 @@ def test_the_chaos_section_is_replaced_in_place_or_appended(make_report: ModuleT
 # ---- by release (docs/vllm/versions.py, make vllm-versions) ---------------------
 
 
-def _release_run(folder: Path, release: str, c7: str) -> None:
+def _release_run(folder: Path, release: str, c7: str, name: str = "") -> None:
+    """A run of ``release`` (``name``: its file, ``<release>.json`` by default)."""
     from harness.report import FAIL, PASS, ClauseMatrix
 
-    matrix = ClauseMatrix()
+    matrix = ClauseMatrix(settings={"vllm": release, "torch": "2.13.0+cpu"})
     matrix.add("C1", "vllm-mp ws2 cpu", PASS, "test_c1_blocking[vllm-mp-ws2-spawn]", "")
     note = "late reply reached a later call" if c7 == FAIL else ""
     matrix.add("C7", "vllm-mp ws2 cpu", c7, "test_c7_timeout[vllm-mp-ws2-spawn]", note)
-    (folder / f"{release}.json").write_text(json.dumps(matrix.to_json()))
+    (folder / (name or f"{release}.json")).write_text(json.dumps(matrix.to_json()))
 
 
-def test_the_clauses_that_changed_between_releases_are_a_table_with_the_tests_behind_them(
+def test_every_clause_is_a_row_of_the_release_table_and_a_change_reproduced_alone_is_reported(
+    make_report: ModuleType, tmp_path: Path
+) -> None:
+    from harness.report import FAIL, PASS
+
+    for release, c7 in (("0.30.0", PASS), ("0.31.0", FAIL), ("0.32.0", FAIL)):
+        _release_run(tmp_path, release, c7)
+        _release_run(tmp_path, release, c7, f"{release}.rerun.json")
+    section = make_report.render_versions(tmp_path, ["0.30.0", "0.31.0", "0.32.0"])
+    assert "| clause | 0.30.0 | 0.31.0 | 0.32.0 |" in section
+    assert "| C1 | pass | pass | pass |" in section, "a clause whose cells agree is a row too"
+    assert "| C7 | pass | FAIL | FAIL |" in section
+    assert "- 0.31.0: the run recorded vLLM 0.31.0, torch 2.13.0+cpu, 2 tests" in section
+    assert "- C7 [vllm-mp ws2 cpu]: pass -> FAIL (WORSE); the same when its tests were re-run alone" in section
+    assert (
+        "`test_c7_timeout[vllm-mp-ws2-spawn]`: pass → FAIL (alone: pass → FAIL): late reply reached a later call"
+        in section
+    )
+    assert "From 0.31.0 to 0.32.0: no cell changed." in section
+
+
+def test_a_change_that_does_not_reproduce_alone_is_flaky_and_one_not_re_run_is_unconfirmed(
     make_report: ModuleType, tmp_path: Path
 ) -> None:
     from harness.report import FAIL, PASS
 
     _release_run(tmp_path, "0.30.0", PASS)
+    _release_run(tmp_path, "0.30.0", PASS, "0.30.0.rerun.json")
     _release_run(tmp_path, "0.31.0", FAIL)
-    _release_run(tmp_path, "0.32.0", FAIL)
+    _release_run(tmp_path, "0.31.0", PASS, "0.31.0.rerun.json")  # alone, it passed: not a change
+    _release_run(tmp_path, "0.32.0", PASS)  # never re-run
     section = make_report.render_versions(tmp_path, ["0.30.0", "0.31.0", "0.32.0"])
-    assert "| clause | column | 0.30.0 | 0.31.0 | 0.32.0 |" in section
-    assert "| C7 | vllm-mp ws2 cpu | pass | FAIL | FAIL |" in section
-    assert "| C1 |" not in section, "a clause whose cells agree is no row"
-    assert "- C7 [vllm-mp ws2 cpu]: pass -> FAIL (WORSE)" in section
-    assert "`test_c7_timeout[vllm-mp-ws2-spawn]`: pass → FAIL: late reply reached a later call" in section
+    assert "| C7 | pass | FAIL (flaky) | pass (unconfirmed) |" in section
+    assert "From 0.30.0 to 0.31.0: no cell changed." in section
+    assert "- C7 [vllm-mp ws2 cpu] differed in the first runs (flaky, not a change):" in section
+    assert "`test_c7_timeout[vllm-mp-ws2-spawn]`: pass → FAIL (alone: pass → pass)" in section
     assert "From 0.31.0 to 0.32.0: no cell changed." in section
+    assert "- C7 [vllm-mp ws2 cpu] differed in the first runs (unconfirmed, not re-run alone yet):" in section
+    assert "(WORSE)" not in section and "(better)" not in section, "neither is reported as a change"
+
+
+def test_the_tests_to_re_run_alone_are_those_whose_outcome_moved_under_both_releases(tmp_path: Path) -> None:
+    from harness.report import FAIL, PASS
+
+    versions = _versions()
+    for release, c7 in (("0.30.0", PASS), ("0.31.0", FAIL), ("0.32.0", FAIL)):
+        _release_run(tmp_path, release, c7)
+    moved = versions.changed_tests(tmp_path, ["0.30.0", "0.31.0", "0.32.0"])
+    assert moved == {"0.30.0": ["test_c7_timeout"], "0.31.0": ["test_c7_timeout"], "0.32.0": []}
+
+
+def _versions() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("versions", ROOT / "docs" / "vllm" / "versions.py")
+    assert spec is not None and spec.loader is not None
+    versions = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(versions)
+    return versions
 
 
 def test_a_release_that_could_not_be_installed_says_what_stopped_it(make_report: ModuleType, tmp_path: Path) -> None:
@@ -206,10 +249,27 @@ def test_the_section_by_release_is_replaced_in_place(make_report: ModuleType) ->
 
 
 def test_releases_are_named_comma_or_space_separated_and_anything_else_is_refused() -> None:
-    spec = importlib.util.spec_from_file_location("versions", ROOT / "docs" / "vllm" / "versions.py")
-    assert spec is not None and spec.loader is not None
-    versions = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(versions)
+    versions = _versions()
     assert versions.releases("0.30.0, 0.31.0 0.32.0") == ["0.30.0", "0.31.0", "0.32.0"]
     with pytest.raises(SystemExit, match="'latest' is not one"):
         versions.releases("0.31.0,latest")
+
+
+# ---- beside mp (make vllm-bench) -------------------------------------------------
+
+
+def test_an_ab_run_of_mp_and_vllm_mp_becomes_a_table_of_both_sides_figures(make_report: ModuleType) -> None:
+    verdict = {
+        "decision": "slower",
+        "median_a": 0.000120,
+        "median_b": 0.000450,
+        "ratio": 3.75,
+        "ci_low": 3.5,
+        "ci_high": 4.0,
+    }
+    rows = [{"workload": "round-trip", "world_size": 2, "gate": "latency", "verdicts": {"latency": verdict}}]
+    rows[0]["load_per_cpu"] = 0.4
+    section = make_report.render_perf(rows, "harness bench --compare mp vllm-mp")
+    assert section.startswith(make_report.PERF_START) and section.endswith(make_report.PERF_END)
+    assert "`harness bench --compare mp vllm-mp`" in section
+    assert "| round-trip | 2 | latency | 120 us | 450 us | +275.0% [+250.0%, +300.0%] | slower | 0.4 |" in section
