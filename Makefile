@@ -144,7 +144,8 @@ vllm-chaos: $(VLLM_STAMP)
 ## vLLM's MultiprocExecutor beside mp, in one A/B run (an empty call at world
 ## sizes 1 and 2; the engine step and its caller CPU): the section "Beside mp"
 ## of docs/vllm-report.md. Run it on a quiet machine: the load is in the table.
-VLLM_BENCH = python -m harness bench --compare mp@start_method=spawn vllm-mp --workload round-trip,engine-step --world-size 1,2
+## Each round starts both executors afresh (vLLM in about 20 s here): 10 rounds.
+VLLM_BENCH = python -m harness bench --compare mp@start_method=spawn vllm-mp --workload round-trip,engine-step --world-size 1,2 --rounds 10
 vllm-bench: $(VLLM_STAMP)
 	@mkdir -p $(VLLM_REPORTS)
 	-$(call in_own_tmpdir,$(VBIN)/$(VLLM_BENCH) --json $(VLLM_REPORTS)/bench.json)
