@@ -305,6 +305,29 @@ def _outcomes_by_test(matrix: ClauseMatrix) -> dict[str, str]:
     return {r.test: r.outcome for results in matrix.cells.values() for r in results if r.test}
 
 
+def moves(old: ClauseMatrix, new: ClauseMatrix) -> list[CellChange]:
+    """Every cell whose outcome moved, or in which a test's own outcome moved,
+    with those tests: a FAIL cell can read FAIL in both runs while one of its
+    tests went from FAIL to pass (``harness.report.diff.diff`` lists only the
+    cells that moved)."""
+    from harness.report.diff import CellChange, TestChange, clause_order
+
+    out = []
+    for clause, column in sorted(set(old.cells) | set(new.cells), key=lambda k: (clause_order(k[0]), k[1])):
+        was = {r.test: r for r in old.cells.get((clause, column), [])}
+        now = {r.test: r for r in new.cells.get((clause, column), [])}
+        moved = []
+        for test in sorted(set(was) | set(now)):
+            before, after = was.get(test), now.get(test)
+            if (before and before.outcome) != (after and after.outcome):
+                note = (after.note if after else "") or (before.note if before else "")
+                moved.append(TestChange(test, before and before.outcome, after and after.outcome, note))
+        before_cell, after_cell = old.outcome(clause, column), new.outcome(clause, column)
+        if moved or before_cell != after_cell:
+            out.append(CellChange(clause, column, before_cell, after_cell, tuple(moved)))
+    return out
+
+
 def rerun_names(changes: list[CellChange]) -> list[str]:
     """The test functions behind ``changes`` (their ids less the parameters), for a re-run with ``-k``."""
     return sorted({t.test.partition("[")[0] for change in changes for t in change.tests})
@@ -337,7 +360,7 @@ def render_versions(folder: Path, releases: list[str]) -> str:
     releases (``<release>.rerun.json``), read as they did: one that does not is
     flaky, one not yet re-run is unconfirmed, and neither is reported as a change."""
     from harness.report import ClauseMatrix
-    from harness.report.diff import ABSENT, clause_order, diff
+    from harness.report.diff import ABSENT, clause_order
 
     out = [VERSIONS_START, "## By release (make vllm-versions)", ""]
     out += [
@@ -372,6 +395,7 @@ def render_versions(folder: Path, releases: list[str]) -> str:
         out.append(
             f"- {release}: the run recorded vLLM {settings.get('vllm', '(not recorded)')}, "
             f"torch {settings.get('torch', '(not recorded)')}, {tests} tests"
+            + (f", against SPEC {settings['spec']}" if settings.get("spec") else "")
             + (f", {settings['date']}" if settings.get("date") else "")
         )
     if ran:
@@ -379,7 +403,7 @@ def render_versions(folder: Path, releases: list[str]) -> str:
     if len(ran) < 2:
         out += [f"Fewer than two releases ran ({', '.join(ran) or 'none'}): nothing to compare.", "", VERSIONS_END]
         return "\n".join(out)
-    changes = {pair: diff(runs[pair[0]], runs[pair[1]]) for pair in itertools.pairwise(ran)}
+    changes = {pair: moves(runs[pair[0]], runs[pair[1]]) for pair in itertools.pairwise(ran)}
     verdicts = {
         (pair, change.clause, change.column): reproduced(change, alone.get(pair[0]), alone.get(pair[1]))
         for pair, found in changes.items()
@@ -392,7 +416,7 @@ def render_versions(folder: Path, releases: list[str]) -> str:
     for clause, column in keys:
         cells = []
         for i, release in enumerate(ran):
-            cell = runs[release].outcome(clause, column) or ABSENT
+            cell = _cell(runs[release], clause, column, ABSENT)
             if i and verdicts.get(((ran[i - 1], release), clause, column)) is False:
                 cell += " (flaky)"
             elif i and verdicts.get(((ran[i - 1], release), clause, column), True) is None:
@@ -401,8 +425,10 @@ def render_versions(folder: Path, releases: list[str]) -> str:
         out.append(f"| {clause} | " + (f"{column} | " if len(columns) > 1 else "") + " | ".join(cells) + " |")
     out += [
         "",
-        "A cell marked (flaky) differs from the release before it in the first runs, but its tests, re-run "
-        "alone, did not read so: not a change. One marked (unconfirmed) has not been re-run alone yet.",
+        "A FAIL cell says how many of its tests' results failed (a test's after-the-test checks count under "
+        "the clause they judge, C9's mostly). A cell marked (flaky) differs from the release before it in the "
+        "first runs, but its tests, re-run alone, did not read so: not a change. One marked (unconfirmed) has "
+        "not been re-run alone yet.",
         "",
     ]
     for (old, new), found in changes.items():
@@ -414,7 +440,9 @@ def render_versions(folder: Path, releases: list[str]) -> str:
         else:
             out += [f"From {old} to {new}:", ""]
             for change in confirmed:
-                out.append(f"- {change.describe()}; the same when its tests were re-run alone")
+                said = change.describe() if change.old != change.new else f"{change.clause} [{change.column}]: "
+                said += "" if change.old != change.new else f"{change.old} in both, but tests moved within it"
+                out.append(f"- {said}; the same when its tests were re-run alone")
                 out += _moved_tests(change, alone.get(old, {}), alone.get(new, {}), ABSENT)
         for word, listed in (("flaky, not a change", flaky), ("unconfirmed, not re-run alone yet", unconfirmed)):
             for change in listed:
@@ -423,6 +451,14 @@ def render_versions(folder: Path, releases: list[str]) -> str:
         out.append("")
     out.append(VERSIONS_END)
     return "\n".join(out)
+
+
+def _cell(matrix: ClauseMatrix, clause: str, column: str, absent: str) -> str:
+    outcome = matrix.outcome(clause, column)
+    if outcome != "FAIL":
+        return outcome or absent
+    results = matrix.cells[(clause, column)]
+    return f"FAIL ({sum(r.outcome == 'FAIL' for r in results)} of {len(results)})"
 
 
 def _moved_tests(change: CellChange, old_alone: dict[str, str], new_alone: dict[str, str], absent: str) -> list[str]:

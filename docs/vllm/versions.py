@@ -125,12 +125,11 @@ def changed_tests(out_dir: Path, ran: list[str]) -> dict[str, list[str]]:
     release next to it (in ``ran``, oldest first)."""
     make_report = _make_report()
     from harness.report import ClauseMatrix
-    from harness.report.diff import diff
 
     runs = {r: ClauseMatrix.from_json(json.loads((out_dir / f"{r}.json").read_text())) for r in ran}
     names: dict[str, set[str]] = {r: set() for r in ran}
     for old, new in itertools.pairwise(ran):
-        moved = make_report.rerun_names(diff(runs[old], runs[new]))
+        moved = make_report.rerun_names(make_report.moves(runs[old], runs[new]))
         names[old].update(moved)
         names[new].update(moved)
     return {r: sorted(n) for r, n in names.items()}

@@ -181,7 +181,7 @@ def test_every_clause_is_a_row_of_the_release_table_and_a_change_reproduced_alon
     section = make_report.render_versions(tmp_path, ["0.30.0", "0.31.0", "0.32.0"])
     assert "| clause | 0.30.0 | 0.31.0 | 0.32.0 |" in section
     assert "| C1 | pass | pass | pass |" in section, "a clause whose cells agree is a row too"
-    assert "| C7 | pass | FAIL | FAIL |" in section
+    assert "| C7 | pass | FAIL (1 of 1) | FAIL (1 of 1) |" in section
     assert "- 0.31.0: the run recorded vLLM 0.31.0, torch 2.13.0+cpu, 2 tests" in section
     assert "- C7 [vllm-mp ws2 cpu]: pass -> FAIL (WORSE); the same when its tests were re-run alone" in section
     assert (
@@ -202,13 +202,35 @@ def test_a_change_that_does_not_reproduce_alone_is_flaky_and_one_not_re_run_is_u
     _release_run(tmp_path, "0.31.0", PASS, "0.31.0.rerun.json")  # alone, it passed: not a change
     _release_run(tmp_path, "0.32.0", PASS)  # never re-run
     section = make_report.render_versions(tmp_path, ["0.30.0", "0.31.0", "0.32.0"])
-    assert "| C7 | pass | FAIL (flaky) | pass (unconfirmed) |" in section
+    assert "| C7 | pass | FAIL (1 of 1) (flaky) | pass (unconfirmed) |" in section
     assert "From 0.30.0 to 0.31.0: no cell changed." in section
     assert "- C7 [vllm-mp ws2 cpu] differed in the first runs (flaky, not a change):" in section
     assert "`test_c7_timeout[vllm-mp-ws2-spawn]`: pass → FAIL (alone: pass → pass)" in section
     assert "From 0.31.0 to 0.32.0: no cell changed." in section
     assert "- C7 [vllm-mp ws2 cpu] differed in the first runs (unconfirmed, not re-run alone yet):" in section
     assert "(WORSE)" not in section and "(better)" not in section, "neither is reported as a change"
+
+
+def test_a_test_that_moved_inside_a_cell_failing_in_both_releases_is_a_change_too(
+    make_report: ModuleType, tmp_path: Path
+) -> None:
+    from harness.report import FAIL, PASS, ClauseMatrix
+
+    for release, second in (("0.31.0", FAIL), ("0.32.0", PASS)):
+        matrix = ClauseMatrix(settings={"vllm": release})
+        matrix.add("C20", "vllm-mp ws2 cpu", FAIL, "test_c20_unknown[vllm-mp-ws2-spawn]", "")
+        matrix.add("C20", "vllm-mp ws2 cpu", second, "test_c20_unpicklable[vllm-mp-ws2-spawn]", "")
+        for name in (f"{release}.json", f"{release}.rerun.json"):
+            (tmp_path / name).write_text(json.dumps(matrix.to_json()))
+    section = make_report.render_versions(tmp_path, ["0.31.0", "0.32.0"])
+    assert "| C20 | FAIL (2 of 2) | FAIL (1 of 2) |" in section
+    assert "- C20 [vllm-mp ws2 cpu]: FAIL in both, but tests moved within it; the same when" in section
+    assert "`test_c20_unpicklable[vllm-mp-ws2-spawn]`: FAIL → pass (alone: FAIL → pass)" in section
+    assert "test_c20_unknown" not in section.split("From 0.31.0")[1], "a test that did not move is not listed"
+    assert _versions().changed_tests(tmp_path, ["0.31.0", "0.32.0"]) == {
+        "0.31.0": ["test_c20_unpicklable"],
+        "0.32.0": ["test_c20_unpicklable"],
+    }
 
 
 def test_the_tests_to_re_run_alone_are_those_whose_outcome_moved_under_both_releases(tmp_path: Path) -> None:
