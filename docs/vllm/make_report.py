@@ -352,6 +352,22 @@ def reproduced(change: CellChange, old_alone: dict[str, str] | None, new_alone: 
     return seen or None
 
 
+def read_why(path: Path) -> dict[tuple[str, str, str], str]:
+    """What explains a change, written by hand after reading vLLM's source in each
+    release's venv: ``OLD..NEW test_function: why`` a line (``#`` starts a comment)."""
+    why: dict[tuple[str, str, str], str] = {}
+    if not path.exists():
+        return why
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        found = re.match(r"^(\S+)\.\.(\S+) (test_\w+): (.+)$", line.strip())
+        if not found:
+            raise SystemExit(f"{path}:{number}: expected 'OLD..NEW test_function: why', got {line.strip()!r}")
+        why[(found[1], found[2], found[3])] = found[4]
+    return why
+
+
 def render_versions(folder: Path, releases: list[str]) -> str:
     """The section "By release": for the releases (oldest first), each one's run in
     ``folder`` (``<release>.json``, or ``<release>.failed``: what stopped it), a
@@ -374,6 +390,7 @@ def render_versions(folder: Path, releases: list[str]) -> str:
     ]
     runs: dict[str, ClauseMatrix] = {}
     alone: dict[str, dict[str, str]] = {}
+    why = read_why(folder / "why.txt")
     for release in releases:
         report, failed = folder / f"{release}.json", folder / f"{release}.failed"
         if report.exists():
@@ -444,6 +461,9 @@ def render_versions(folder: Path, releases: list[str]) -> str:
                 said += "" if change.old != change.new else f"{change.old} in both, but tests moved within it"
                 out.append(f"- {said}; the same when its tests were re-run alone")
                 out += _moved_tests(change, alone.get(old, {}), alone.get(new, {}), ABSENT)
+                for name in sorted({t.test.partition("[")[0] for t in change.tests}):
+                    if (old, new, name) in why:
+                        out.append(f"  - Why (`{name}`): {why[(old, new, name)]}")
         for word, listed in (("flaky, not a change", flaky), ("unconfirmed, not re-run alone yet", unconfirmed)):
             for change in listed:
                 out.append(f"- {change.clause} [{change.column}] differed in the first runs ({word}):")

