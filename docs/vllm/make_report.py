@@ -300,9 +300,14 @@ VERSIONS_START = "<!-- versions: docs/vllm/versions.py, make vllm-versions -->"
 VERSIONS_END = "<!-- /versions -->"
 
 
-def _outcomes_by_test(matrix: ClauseMatrix) -> dict[str, str]:
-    """Each test's own outcome in ``matrix``, by its full id."""
-    return {r.test: r.outcome for results in matrix.cells.values() for r in results if r.test}
+#: A result's place: (clause, column, test id). One test can judge several
+#: clauses (its own, and C9's or C10's after-the-test checks).
+Place = tuple[str, str, str]
+
+
+def _outcomes_by_test(matrix: ClauseMatrix) -> dict[Place, str]:
+    """Each result's outcome in ``matrix``, by its clause, column and test id."""
+    return {(cl, col, r.test): r.outcome for (cl, col), results in matrix.cells.items() for r in results if r.test}
 
 
 def moves(old: ClauseMatrix, new: ClauseMatrix) -> list[CellChange]:
@@ -333,23 +338,21 @@ def rerun_names(changes: list[CellChange]) -> list[str]:
     return sorted({t.test.partition("[")[0] for change in changes for t in change.tests})
 
 
-def reproduced(change: CellChange, old_alone: dict[str, str] | None, new_alone: dict[str, str] | None) -> bool | None:
+def reproduced(
+    change: CellChange, old_alone: dict[Place, str] | None, new_alone: dict[Place, str] | None
+) -> bool | None:
     """Whether every test behind ``change`` read the same when re-run alone under
-    both releases (None: the re-run of one release is missing, or names none of them).
-    A test absent from one release's run has nothing to re-run there."""
+    both releases, in the change's cell: the same outcome, or absent from the cell
+    again (None: the re-run of one release is missing, or did not run the test)."""
     if old_alone is None or new_alone is None:
         return None
-    seen = False
     for t in change.tests:
         for first, alone in ((t.old, old_alone), (t.new, new_alone)):
-            if first is None:
-                continue
-            if t.test not in alone:
+            if t.test not in {test for _, _, test in alone}:
                 return None
-            seen = True
-            if alone[t.test] != first:
+            if alone.get((change.clause, change.column, t.test)) != first:
                 return False
-    return seen or None
+    return bool(change.tests) or None
 
 
 def read_why(path: Path) -> dict[tuple[str, str, str], str]:
@@ -389,7 +392,7 @@ def render_versions(folder: Path, releases: list[str]) -> str:
         "",
     ]
     runs: dict[str, ClauseMatrix] = {}
-    alone: dict[str, dict[str, str]] = {}
+    alone: dict[str, dict[Place, str]] = {}
     why = read_why(folder / "why.txt")
     for release in releases:
         report, failed = folder / f"{release}.json", folder / f"{release}.failed"
@@ -408,7 +411,7 @@ def render_versions(folder: Path, releases: list[str]) -> str:
     ran = [r for r in releases if r in runs]
     for release in ran:
         settings = runs[release].settings
-        tests = len(_outcomes_by_test(runs[release]))
+        tests = len({test for _, _, test in _outcomes_by_test(runs[release])})
         out.append(
             f"- {release}: the run recorded vLLM {settings.get('vllm', '(not recorded)')}, "
             f"torch {settings.get('torch', '(not recorded)')}, {tests} tests"
@@ -481,11 +484,17 @@ def _cell(matrix: ClauseMatrix, clause: str, column: str, absent: str) -> str:
     return f"FAIL ({sum(r.outcome == 'FAIL' for r in results)} of {len(results)})"
 
 
-def _moved_tests(change: CellChange, old_alone: dict[str, str], new_alone: dict[str, str], absent: str) -> list[str]:
+def _moved_tests(
+    change: CellChange, old_alone: dict[Place, str], new_alone: dict[Place, str], absent: str
+) -> list[str]:
     lines = []
     for t in change.tests:
         note = f": {' '.join(t.note.split())[:300]}" if t.note else ""
-        again = f" (alone: {old_alone.get(t.test, 'not re-run')} → {new_alone.get(t.test, 'not re-run')})"
+        sides = []
+        for alone in (old_alone, new_alone):
+            ran = t.test in {test for _, _, test in alone}
+            sides.append(alone.get((change.clause, change.column, t.test), absent) if ran else "not re-run")
+        again = f" (alone: {sides[0]} → {sides[1]})"
         lines.append(f"  - `{t.test}`: {t.old or absent} → {t.new or absent}{again}{note}")
     return lines
 

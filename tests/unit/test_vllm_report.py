@@ -235,6 +235,27 @@ def test_a_test_that_moved_inside_a_cell_failing_in_both_releases_is_a_change_to
     }
 
 
+def test_a_test_judging_two_clauses_is_re_run_cell_by_cell(make_report: ModuleType, tmp_path: Path) -> None:
+    from harness.report import FAIL, PASS, ClauseMatrix
+
+    test = "test_c20_unpicklable[vllm-mp-ws2-spawn]"
+    runs = {
+        "0.31.0.json": [("C20", FAIL)],
+        "0.31.0.rerun.json": [("C20", FAIL)],
+        "0.32.0.json": [("C20", PASS), ("C9", FAIL)],  # and its after-the-test check found a leak
+        "0.32.0.rerun.json": [("C20", PASS)],  # alone, it left nothing
+    }
+    for name, results in runs.items():
+        matrix = ClauseMatrix()
+        for clause, outcome in results:
+            matrix.add(clause, "vllm-mp ws2 cpu", outcome, test, "")
+        (tmp_path / name).write_text(json.dumps(matrix.to_json()))
+    section = make_report.render_versions(tmp_path, ["0.31.0", "0.32.0"])
+    assert "- C20 [vllm-mp ws2 cpu]: FAIL -> pass (better); the same when its tests were re-run alone" in section
+    assert "- C9 [vllm-mp ws2 cpu] differed in the first runs (flaky, not a change):" in section
+    assert f"`{test}`: absent → FAIL (alone: absent → absent)" in section
+
+
 def test_the_tests_to_re_run_alone_are_those_whose_outcome_moved_under_both_releases(tmp_path: Path) -> None:
     from harness.report import FAIL, PASS
 
