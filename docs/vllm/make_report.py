@@ -306,8 +306,16 @@ Place = tuple[str, str, str]
 
 
 def _outcomes_by_test(matrix: ClauseMatrix) -> dict[Place, str]:
-    """Each result's outcome in ``matrix``, by its clause, column and test id."""
-    return {(cl, col, r.test): r.outcome for (cl, col), results in matrix.cells.items() for r in results if r.test}
+    """Each result's outcome in ``matrix``, by its clause, column and test id; a
+    test the run filtered out (``-k``: a re-run names a few) is not there."""
+    from harness.report import FILTERED_OUT, NOT_RUN
+
+    return {
+        (cl, col, r.test): r.outcome
+        for (cl, col), results in matrix.cells.items()
+        for r in results
+        if r.test and not (r.outcome == NOT_RUN and r.note == FILTERED_OUT)
+    }
 
 
 def moves(old: ClauseMatrix, new: ClauseMatrix) -> list[CellChange]:

@@ -235,6 +235,20 @@ def test_a_test_that_moved_inside_a_cell_failing_in_both_releases_is_a_change_to
     }
 
 
+def test_a_test_a_re_run_filtered_out_was_not_re_run(make_report: ModuleType, tmp_path: Path) -> None:
+    from harness.report import FAIL, FILTERED_OUT, NOT_RUN, PASS, ClauseMatrix
+
+    _release_run(tmp_path, "0.31.0", FAIL)
+    _release_run(tmp_path, "0.31.0", FAIL, "0.31.0.rerun.json")
+    _release_run(tmp_path, "0.32.0", PASS)
+    filtered = ClauseMatrix()  # a re-run of other tests: -k left C7's out
+    filtered.add("C7", "vllm-mp ws2 cpu", NOT_RUN, "test_c7_timeout[vllm-mp-ws2-spawn]", FILTERED_OUT)
+    (tmp_path / "0.32.0.rerun.json").write_text(json.dumps(filtered.to_json()))
+    section = make_report.render_versions(tmp_path, ["0.31.0", "0.32.0"])
+    assert "| C7 | FAIL (1 of 1) | pass (unconfirmed) |" in section
+    assert "`test_c7_timeout[vllm-mp-ws2-spawn]`: FAIL → pass (alone: FAIL → not re-run)" in section
+
+
 def test_a_test_judging_two_clauses_is_re_run_cell_by_cell(make_report: ModuleType, tmp_path: Path) -> None:
     from harness.report import FAIL, PASS, ClauseMatrix
 
