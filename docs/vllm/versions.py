@@ -11,8 +11,8 @@ test of every clause with ``--sample``), with no known failures in force
 does. Its report is ``<out-dir>/<release>.json``. A release that cannot be
 installed or does not start gets ``<out-dir>/<release>.failed``: what stopped
 it, the last lines of pip's or the run's output. With ``--reuse``, a release
-whose report is there already is not run again (a whole run is about an hour
-on 2 cores: the releases can be run a few at a time, the report kept).
+whose report is there already is not run again (a whole run takes about half
+an hour on 2 cores: the releases can be run a few at a time, the runs kept).
 
 Then every test whose outcome differs between two consecutive releases is
 re-run alone (``--jobs 1``) under both: ``<out-dir>/<release>.rerun.json``. A
