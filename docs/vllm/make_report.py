@@ -519,7 +519,7 @@ def render_perf(rows: list[dict], command: str) -> str:
     out = [PERF_START, "## Beside mp (harness bench)", ""]
     out += [
         f"`{command}`: an A/B run, the two executors taking turns in alternating batches on one machine, "
-        "so that both sides see the same load. Each figure is the median of the per-round medians; the "
+        "so that both sides see the same load: A is the first executor of `--compare`, B the second. Each figure is the median of the per-round medians; the "
         "interval is the 99 % bootstrap interval of the ratio, and a verdict needs p < 0.01 and a change "
         "beyond ±3 %. `round-trip`: an empty call, blocking, one after another; `engine-step`: an engine "
         "with async scheduling, in small (a 256-1024-256 MLP split over the ranks, a step a non-blocking "
