@@ -318,29 +318,6 @@ def _outcomes_by_test(matrix: ClauseMatrix) -> dict[Place, str]:
     }
 
 
-def moves(old: ClauseMatrix, new: ClauseMatrix) -> list[CellChange]:
-    """Every cell whose outcome moved, or in which a test's own outcome moved,
-    with those tests: a FAIL cell can read FAIL in both runs while one of its
-    tests went from FAIL to pass (``harness.report.diff.diff`` lists only the
-    cells that moved)."""
-    from harness.report.diff import CellChange, TestChange, clause_order
-
-    out = []
-    for clause, column in sorted(set(old.cells) | set(new.cells), key=lambda k: (clause_order(k[0]), k[1])):
-        was = {r.test: r for r in old.cells.get((clause, column), [])}
-        now = {r.test: r for r in new.cells.get((clause, column), [])}
-        moved = []
-        for test in sorted(set(was) | set(now)):
-            before, after = was.get(test), now.get(test)
-            if (before and before.outcome) != (after and after.outcome):
-                note = (after.note if after else "") or (before.note if before else "")
-                moved.append(TestChange(test, before and before.outcome, after and after.outcome, note))
-        before_cell, after_cell = old.outcome(clause, column), new.outcome(clause, column)
-        if moved or before_cell != after_cell:
-            out.append(CellChange(clause, column, before_cell, after_cell, tuple(moved)))
-    return out
-
-
 def rerun_names(changes: list[CellChange]) -> list[str]:
     """The test functions behind ``changes`` (their ids less the parameters), for a re-run with ``-k``."""
     return sorted({t.test.partition("[")[0] for change in changes for t in change.tests})
@@ -387,7 +364,7 @@ def render_versions(folder: Path, releases: list[str]) -> str:
     releases (``<release>.rerun.json``), read as they did: one that does not is
     flaky, one not yet re-run is unconfirmed, and neither is reported as a change."""
     from harness.report import ClauseMatrix
-    from harness.report.diff import ABSENT, clause_order
+    from harness.report.diff import ABSENT, clause_order, diff
 
     out = [VERSIONS_START, "## By release (make vllm-versions)", ""]
     out += [
@@ -431,7 +408,7 @@ def render_versions(folder: Path, releases: list[str]) -> str:
     if len(ran) < 2:
         out += [f"Fewer than two releases ran ({', '.join(ran) or 'none'}): nothing to compare.", "", VERSIONS_END]
         return "\n".join(out)
-    changes = {pair: moves(runs[pair[0]], runs[pair[1]]) for pair in itertools.pairwise(ran)}
+    changes = {pair: diff(runs[pair[0]], runs[pair[1]], within=True) for pair in itertools.pairwise(ran)}
     verdicts = {
         (pair, change.clause, change.column): reproduced(change, alone.get(pair[0]), alone.get(pair[1]))
         for pair, found in changes.items()

@@ -132,13 +132,13 @@ def rerun_alone(release: str, names: list[str], out_dir: Path, log: Path) -> Non
 def changed_tests(out_dir: Path, ran: list[str]) -> dict[str, list[str]]:
     """For each release, the test functions whose outcome moved between it and a
     release next to it (in ``ran``, oldest first)."""
-    make_report = _make_report()
     from harness.report import ClauseMatrix
+    from harness.report.diff import diff
 
     runs = {r: ClauseMatrix.from_json(json.loads((out_dir / f"{r}.json").read_text())) for r in ran}
     names: dict[str, set[str]] = {r: set() for r in ran}
     for old, new in itertools.pairwise(ran):
-        moved = make_report.rerun_names(make_report.moves(runs[old], runs[new]))
+        moved = _make_report().rerun_names(diff(runs[old], runs[new], within=True))
         names[old].update(moved)
         names[new].update(moved)
     return {r: sorted(n) for r, n in names.items()}

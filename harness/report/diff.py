@@ -89,10 +89,12 @@ def paired_backends(old: ClauseMatrix, new: ClauseMatrix) -> tuple[str, str] | N
     return None
 
 
-def diff(old: ClauseMatrix, new: ClauseMatrix) -> list[CellChange]:
-    """The cells whose outcome differs, in clause then column order. Two runs of
-    one backend each, different ones (a broken backend against ``mp``), compare
-    variant by variant (:func:`variant_by_variant`)."""
+def diff(old: ClauseMatrix, new: ClauseMatrix, within: bool = False) -> list[CellChange]:
+    """The cells whose outcome differs, in clause then column order; with
+    ``within``, also a cell whose outcome stayed while a test's own outcome in it
+    moved (a FAIL cell can read FAIL in both runs while one of its tests went from
+    FAIL to pass). Two runs of one backend each, different ones (a broken backend
+    against ``mp``), compare variant by variant (:func:`variant_by_variant`)."""
     paired = paired_backends(old, new)
     if paired is not None:
         old, new = variant_by_variant(old, paired[0]), variant_by_variant(new, paired[1])
@@ -100,7 +102,7 @@ def diff(old: ClauseMatrix, new: ClauseMatrix) -> list[CellChange]:
     changes = []
     for clause, column in keys:
         before, after = old.outcome(clause, column), new.outcome(clause, column)
-        if before == after:
+        if before == after and not within:
             continue
         was = {r.test: r for r in old.cells.get((clause, column), [])}
         now = {r.test: r for r in new.cells.get((clause, column), [])}
@@ -112,8 +114,8 @@ def diff(old: ClauseMatrix, new: ClauseMatrix) -> list[CellChange]:
                 moved.append(
                     TestChange(test, before_r.outcome if before_r else None, after_r.outcome if after_r else None, note)
                 )
-        tests = tuple(moved)
-        changes.append(CellChange(clause, column, before, after, tests))
+        if before != after or moved:
+            changes.append(CellChange(clause, column, before, after, tuple(moved)))
     return changes
 
 

@@ -42,6 +42,15 @@ def test_only_cells_whose_outcome_moved_are_listed_with_the_tests_that_moved() -
     assert "| C4 | mp ws2 cpu | pass | FAIL | **worse** |" in render_markdown(changes, "old.json", "new.json")
 
 
+def test_within_also_lists_a_cell_that_reads_the_same_while_a_test_in_it_moved() -> None:
+    old = matrix(("C1", COL, "pass", "t1"), ("C20", COL, "FAIL", "t20"), ("C20", COL, "FAIL", "t20b"))
+    new = matrix(("C1", COL, "pass", "t1"), ("C20", COL, "FAIL", "t20"), ("C20", COL, "pass", "t20b"))
+    assert diff(old, new) == [], "the cell reads FAIL in both"
+    changes = diff(old, new, within=True)
+    assert [(c.clause, c.old, c.new) for c in changes] == [("C20", "FAIL", "FAIL")], "C1 moved nowhere"
+    assert [(t.test, t.old, t.new) for t in changes[0].tests] == [("t20b", "FAIL", "pass")]
+
+
 @pytest.mark.parametrize(
     ("before", "after", "worse"),
     [
