@@ -331,13 +331,19 @@ def reproduced(
     again (None: the re-run of one release is missing, or did not run the test)."""
     if old_alone is None or new_alone is None:
         return None
+    sides = ((old_alone, _reran(old_alone)), (new_alone, _reran(new_alone)))
     for t in change.tests:
-        for first, alone in ((t.old, old_alone), (t.new, new_alone)):
-            if t.test not in {test for _, _, test in alone}:
+        for first, (alone, reran) in zip((t.old, t.new), sides, strict=True):
+            if t.test not in reran:
                 return None
             if alone.get((change.clause, change.column, t.test)) != first:
                 return False
     return bool(change.tests) or None
+
+
+def _reran(alone: dict[Place, str]) -> set[str]:
+    """The tests a re-run ran (in any cell)."""
+    return {test for _, _, test in alone}
 
 
 def read_why(path: Path) -> dict[tuple[str, str, str], str]:
@@ -396,7 +402,7 @@ def render_versions(folder: Path, releases: list[str]) -> str:
     ran = [r for r in releases if r in runs]
     for release in ran:
         settings = runs[release].settings
-        tests = len({test for _, _, test in _outcomes_by_test(runs[release])})
+        tests = len(_reran(_outcomes_by_test(runs[release])))
         out.append(
             f"- {release}: the run recorded vLLM {settings.get('vllm', '(not recorded)')}, "
             f"torch {settings.get('torch', '(not recorded)')}, {tests} tests"
@@ -462,23 +468,25 @@ def render_versions(folder: Path, releases: list[str]) -> str:
 
 
 def _cell(matrix: ClauseMatrix, clause: str, column: str, absent: str) -> str:
+    from harness.report import FAIL
+
     outcome = matrix.outcome(clause, column)
-    if outcome != "FAIL":
+    if outcome != FAIL:
         return outcome or absent
     results = matrix.cells[(clause, column)]
-    return f"FAIL ({sum(r.outcome == 'FAIL' for r in results)} of {len(results)})"
+    return f"{FAIL} ({sum(r.outcome == FAIL for r in results)} of {len(results)})"
 
 
 def _moved_tests(
     change: CellChange, old_alone: dict[Place, str], new_alone: dict[Place, str], absent: str
 ) -> list[str]:
     lines = []
+    reran = (_reran(old_alone), _reran(new_alone))
     for t in change.tests:
         note = f": {' '.join(t.note.split())[:300]}" if t.note else ""
         sides = []
-        for alone in (old_alone, new_alone):
-            ran = t.test in {test for _, _, test in alone}
-            sides.append(alone.get((change.clause, change.column, t.test), absent) if ran else "not re-run")
+        for alone, ran in zip((old_alone, new_alone), reran, strict=True):
+            sides.append(alone.get((change.clause, change.column, t.test), absent) if t.test in ran else "not re-run")
         again = f" (alone: {sides[0]} → {sides[1]})"
         lines.append(f"  - `{t.test}`: {t.old or absent} → {t.new or absent}{again}{note}")
     return lines
@@ -495,13 +503,14 @@ def render_perf(rows: list[dict], command: str) -> str:
 
     out = [PERF_START, "## Beside mp (harness bench)", ""]
     out += [
-        f"`{command}`: an A/B run, the two executors taking turns in alternating batches on one machine, "
-        "so that both sides see the same load: A is the first executor of `--compare`, B the second. Each figure is the median of the per-round medians; the "
-        "interval is the 99 % bootstrap interval of the ratio, and a verdict needs p < 0.01 and a change "
-        "beyond ±3 %. `round-trip`: an empty call, blocking, one after another; `engine-step`: an engine "
-        "with async scheduling, in small (a 256-1024-256 MLP split over the ranks, a step a non-blocking "
-        "call; while it runs, the caller does about 1 ms of scheduling work, then collects it and sends the "
-        "next); `caller CPU` and `workers CPU` are process CPU time per step.",
+        f"`{command}`: an A/B run, the two executors taking turns in alternating batches on one machine, so "
+        "that both sides see the same load: A is the first executor of `--compare`, B the second. Each "
+        "figure is the median of the per-round medians; the interval is the 99 % bootstrap interval of the "
+        "ratio, and a verdict needs p < 0.01 and a change beyond ±3 %. `round-trip`: an empty call, "
+        "blocking, one after another; `engine-step`: an engine with async scheduling, in small (a "
+        "256-1024-256 MLP split over the ranks, a step a non-blocking call; while it runs, the caller does "
+        "about 1 ms of scheduling work, then collects it and sends the next); `caller CPU` and `workers "
+        "CPU` are process CPU time per step.",
         "",
         "| workload | world size | metric | A | B | B against A | verdict | load per CPU |",
         "|---|---|---|---|---|---|---|---|",

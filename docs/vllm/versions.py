@@ -27,6 +27,7 @@ and each change between releases with the tests behind it.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import itertools
 import json
@@ -144,6 +145,7 @@ def changed_tests(out_dir: Path, ran: list[str]) -> dict[str, list[str]]:
     return {r: sorted(n) for r, n in names.items()}
 
 
+@functools.cache
 def _make_report() -> Any:
     spec = importlib.util.spec_from_file_location("make_report", ROOT / "docs" / "vllm" / "make_report.py")
     assert spec is not None and spec.loader is not None

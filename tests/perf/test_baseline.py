@@ -20,7 +20,6 @@ kind of machine that recorded it.
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 
 import pytest
@@ -60,7 +59,7 @@ def test_an_mp_late_by_twice_the_baselines_step_fails_the_baseline_comparison() 
     stored, path = stored_or_skip(CPU, "cpu")
     entry = stored.lookup(CPU, "engine-step", WORLD_SIZE, "cpu")
     assert entry is not None
-    delay_s = 2 * statistics.median(entry.metrics["step"].samples)
+    delay_s = 2 * entry.metrics["step"].summary.median
     slowed = parse_side(f"tests.perf.regressed:delayed@start_method=fork,env.HARNESS_PERF_DELAY_S={delay_s:.6f}")
     work = EngineStep()
     work.use(entry.params)  # the baseline's calibrated work, not this process's

@@ -23,14 +23,19 @@ REPORT = ROOT / "docs" / "vllm-report.md"
 REPRO = ROOT / "docs" / "vllm" / "repro"
 
 
-@pytest.fixture(scope="module")
-def make_report() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("make_report", ROOT / "docs" / "vllm" / "make_report.py")
+def _load(name: str) -> ModuleType:
+    """``docs/vllm/<name>.py``, a script, loaded as a module."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "docs" / "vllm" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["make_report"] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="module")
+def make_report() -> ModuleType:
+    return _load("make_report")
 
 
 def _listed(strict_only: bool = False) -> set[tuple[str, str]]:
@@ -300,11 +305,7 @@ def test_reuse_keeps_only_a_run_that_got_to_its_end(tmp_path: Path) -> None:
 
 
 def _versions() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("versions", ROOT / "docs" / "vllm" / "versions.py")
-    assert spec is not None and spec.loader is not None
-    versions = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(versions)
-    return versions
+    return _load("versions")
 
 
 def test_a_release_that_could_not_be_installed_says_what_stopped_it(make_report: ModuleType, tmp_path: Path) -> None:
