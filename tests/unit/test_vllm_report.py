@@ -304,6 +304,20 @@ def test_reuse_keeps_only_a_run_that_got_to_its_end(tmp_path: Path) -> None:
     assert not versions.finished(tmp_path / "absent.json")
 
 
+def test_reuse_keeps_a_re_run_only_where_it_ran_each_test_now_named(tmp_path: Path) -> None:
+    from harness.report import FILTERED_OUT, NOT_RUN, PASS, ClauseMatrix
+
+    matrix = ClauseMatrix()
+    matrix.add("C7", "vllm-mp ws2 cpu", PASS, "test_c7_timeout[vllm-mp-ws2-spawn]", "")
+    matrix.add("C8", "vllm-mp ws2 cpu", NOT_RUN, "test_c8_death[vllm-mp-ws2-spawn]", FILTERED_OUT)
+    (tmp_path / "0.32.0.rerun.json").write_text(json.dumps(matrix.to_json()))
+    versions = _versions()
+    assert versions.covers(tmp_path / "0.32.0.rerun.json", ["test_c7_timeout"])
+    assert not versions.covers(tmp_path / "0.32.0.rerun.json", ["test_c7_timeout", "test_c8_death"]), (
+        "a test the re-run filtered out was not re-run"
+    )
+
+
 def _versions() -> ModuleType:
     return _load("versions")
 
