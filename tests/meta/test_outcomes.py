@@ -234,6 +234,9 @@ def test_a_shutdown_that_hangs_after_a_test_fails_c9_within_its_bound(pytester: 
     result.stdout.fnmatch_lines(["*C9*shutdown() after the test did not return within 30 s*"])
 
 
+# The late event comes 1.5 s past the exact bound: wait_until looks once more
+# after a sleep, and on a loaded machine a sleep can overrun by a few tenths,
+# which made an event 0.2 s past the bound read as in time (an XPASS on CI).
 LATE_SUITE = """
 import time
 import pytest
@@ -246,7 +249,7 @@ def test_late_on_a_loaded_machine(executor, monkeypatch):
     monkeypatch.setattr(spec_bounds, "load_per_cpu", lambda: 8.0)
     monkeypatch.setattr(spec_bounds, "load_scale", lambda: 6.0)
     start = time.monotonic()
-    assert wait_within(lambda: time.monotonic() - start > 0.3, 0.1, "the workers' exit")
+    assert wait_within(lambda: time.monotonic() - start > 2.0, 0.5, "the workers' exit")
 """
 
 
@@ -259,7 +262,7 @@ def test_a_pass_that_needed_the_load_s_stretch_of_a_spec_bound_says_so_in_the_re
     assert result.ret == 0, result.stdout.str()[-2000:]
     cell = json.loads(path.read_text())["clauses"]["C12"]["uni ws1 cpu"]
     assert cell["outcome"] == "pass"
-    result.stdout.fnmatch_lines(["*C12 ?uni ws1 cpu? pass: *the workers' exit took 0.* past SPEC's 0.1 s*not judged*"])
+    result.stdout.fnmatch_lines(["*C12 ?uni ws1 cpu? pass: *the workers' exit took 2.* past SPEC's 0.5 s*not judged*"])
 
 
 def test_a_known_failure_judges_spec_bounds_exactly_even_on_a_loaded_machine(pytester: pytest.Pytester) -> None:
