@@ -7,7 +7,8 @@ thread polling from the executor's start to its shutdown) flagged in at least
 19 of 20. The quick form (one A/B run a side, seconds) runs in a plain
 ``pytest`` and last in ``make test``, alone (``make test-perf``): a certain
 slowdown (a call 1 ms late) flagged, the thread beside the calls flagged on
-the caller's CPU per step (40 rounds: about 18 s), ``mp`` against itself not.
+the caller's CPU per step (40 rounds: about 18 s a run; up to four runs),
+``mp`` against itself not.
 
 World size 1: ``mp``'s workers spin for 10 ms after a call, so at world size 2
 on a 2-core machine the caller shares its core with a spinning worker, and the
@@ -65,8 +66,12 @@ def test_a_call_a_millisecond_late_is_flagged_slower_in_one_ab_run() -> None:
     assert result.b_is_slower, "\n".join(result.lines())
 
 
+#: A/B runs the quick form takes at most, stopping at the first that flags the thread beside the calls.
+BESIDE_TRIES = 4
+
+
 @pytest.mark.timeout(240)
-def test_a_thread_spinning_beside_the_calls_is_flagged_in_one_of_two_ab_runs() -> None:
+def test_a_thread_spinning_beside_the_calls_is_flagged_in_one_of_four_ab_runs() -> None:
     # The seed's regression as it shipped: a thread polling from the executor's
     # start to its shutdown, in the caller's process; no call is slower for it
     # by itself. With both sides' executors alive at once, A's batches paid for
@@ -79,13 +84,19 @@ def test_a_thread_spinning_beside_the_calls_is_flagged_in_one_of_two_ab_runs() -
     # Those figures are an AMD EPYC's. On a 2-core Intel Xeon (2026-12-06) the
     # thread's cost per run was bimodal, about +120 to +175 % or about +3 %
     # (which core it shares), and one run of 40 rounds flagged it in 2 of 3, of
-    # 80 rounds in 5 of 7: so the quick form takes a second run where the first
-    # says "no change" (the full form below is the bar, 19 of 20 single runs). A
-    # gate that cannot see the thread reads "no change" in both.
-    runs = [ab(BESIDE, FULL, gate=BESIDE_GATE)]
-    if not runs[0].b_is_slower:
+    # 80 rounds in 5 of 7; on the EPYC on 2026-12-07 two runs in a row read
+    # +36 % and +52 % with p < 0.01 but a 99 % interval reaching below +0 %
+    # (a bimodal B moves its median under resampling), once in six. So the
+    # quick form takes up to four runs, stopping at the first flag: about 18 s
+    # when the first flags. A gate that cannot see the thread flags `mp`
+    # against itself, at most 1 run in 20 in the full form below, so it passes
+    # this test rarely; the full form (19 of 20 single runs) is the bar.
+    runs = []
+    while len(runs) < BESIDE_TRIES and not (runs and runs[-1].b_is_slower):
         runs.append(ab(BESIDE, FULL, gate=BESIDE_GATE))
-    assert runs[-1].b_is_slower, "flagged in neither of 2 A/B runs:\n" + "\n\n".join("\n".join(r.lines()) for r in runs)
+    assert runs[-1].b_is_slower, f"flagged in none of {len(runs)} A/B runs:\n" + "\n\n".join(
+        "\n".join(r.lines()) for r in runs
+    )
 
 
 @pytest.mark.timeout(120)
