@@ -19,6 +19,9 @@ def _load(monkeypatch: pytest.MonkeyPatch, per_cpu: float) -> None:
 
 
 def _after(seconds: float) -> object:
+    # The checks below put a late event well past the bound (a second or more):
+    # a sleep on a loaded machine can overrun by tenths of a second, and the
+    # last look after it would see a late event as in time.
     start = time.monotonic()
     return lambda: time.monotonic() - start >= seconds
 
@@ -31,8 +34,8 @@ def _no_notes_left() -> None:
 def test_on_a_quiet_machine_spec_s_bound_is_exact(monkeypatch: pytest.MonkeyPatch) -> None:
     _load(monkeypatch, 0.5)
     start = time.monotonic()
-    assert not wait_within(_after(0.6), 0.3, "the event")  # type: ignore[arg-type]
-    assert time.monotonic() - start < 0.55, "a quiet machine waited past SPEC's bound"
+    assert not wait_within(_after(2.0), 0.3, "the event")  # type: ignore[arg-type]
+    assert time.monotonic() - start < 1.5, "a quiet machine waited past SPEC's bound"
     assert drain_notes() == []
 
 
@@ -42,7 +45,7 @@ def test_on_a_loaded_machine_a_late_event_passes_and_the_note_says_the_bound_was
     _load(monkeypatch, 4.0)
     assert wait_within(_after(0.5), 0.3, "the workers' exit")  # type: ignore[arg-type]
     (note,) = drain_notes()
-    assert "the workers' exit took 0." in note
+    assert "the workers' exit took " in note
     assert "past SPEC's 0.3 s" in note
     assert "4.0 runnable per CPU" in note
     assert "not judged" in note
@@ -69,8 +72,9 @@ def test_exact_bounds_keep_spec_s_bound_on_a_loaded_machine(monkeypatch: pytest.
     _load(monkeypatch, 6.0)
     monkeypatch.setenv(spec_bounds.EXACT_ENV, "1")
     start = time.monotonic()
-    assert not wait_within(_after(0.6), 0.2, "the event")  # type: ignore[arg-type]
-    assert time.monotonic() - start < 0.5, "HARNESS_EXACT_BOUNDS waited past SPEC's bound"
+    # Stretched, the wait would be 3 s and see the event at 2 s.
+    assert not wait_within(_after(2.0), 0.5, "the event")  # type: ignore[arg-type]
+    assert time.monotonic() - start < 1.5, "HARNESS_EXACT_BOUNDS waited past SPEC's bound"
 
 
 def test_a_call_on_a_loaded_machine_that_never_returns_fails_naming_spec_s_bound_and_the_wait(
