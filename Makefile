@@ -158,7 +158,7 @@ vllm-bench: $(VLLM_STAMP)
 ## "By release" of docs/vllm-report.md: a release x clause table and each change
 ## (docs/vllm/versions.py; a release that cannot be installed says what stopped
 ## it). Runs are kept in docs/vllm/versions/; REUSE=1 keeps a release's run where
-## there is one (a whole run took 28 to 31 min here, on 2 cores).
+## there is one (a whole run took 17 to 31 min here, on 2 cores).
 VERSIONS ?= 0.28.0 0.29.0 0.30.0 0.31.0 0.32.0
 vllm-versions: $(STAMP)
 	TORCH="$(TORCH)" TORCH_INDEX="$(TORCH_INDEX)" $(BIN)/python docs/vllm/versions.py --versions "$(VERSIONS)" \
