@@ -84,13 +84,12 @@ def test_a_thread_spinning_beside_the_calls_is_flagged_in_one_of_four_ab_runs() 
     # Those figures are an AMD EPYC's. On a 2-core Intel Xeon (2026-12-06) the
     # thread's cost per run was bimodal, about +120 to +175 % or about +3 %
     # (which core it shares), and one run of 40 rounds flagged it in 2 of 3, of
-    # 80 rounds in 5 of 7; on the EPYC on 2026-12-07 two runs in a row read
-    # +36 % and +52 % with p < 0.01 but a 99 % interval reaching below +0 %
-    # (a bimodal B moves its median under resampling), once in six. So the
-    # quick form takes up to four runs, stopping at the first flag: about 18 s
-    # when the first flags. A gate that cannot see the thread flags `mp`
-    # against itself, at most 1 run in 20 in the full form below, so it passes
-    # this test rarely; the full form (19 of 20 single runs) is the bar.
+    # 80 rounds in 5 of 7; a bimodal B also moves its median under resampling,
+    # so a run can give p < 0.01 with an interval reaching below +0 %. So the
+    # quick form takes up to four runs, stopping at the first flag. A gate that
+    # cannot see the thread passes only on a false flag of identical sides
+    # (about alpha, 1 % a run: some 4 % over four runs); the full form (19 of
+    # 20 single runs) is the bar.
     runs = []
     while len(runs) < BESIDE_TRIES and not (runs and runs[-1].b_is_slower):
         runs.append(ab(BESIDE, FULL, gate=BESIDE_GATE))
