@@ -164,7 +164,8 @@ vllm-versions: $(STAMP)
 	TORCH="$(TORCH)" TORCH_INDEX="$(TORCH_INDEX)" $(BIN)/python docs/vllm/versions.py --versions "$(VERSIONS)" \
 	    $(if $(REUSE),--reuse)
 
-## docs/vllm-report.md from the whole suite's runs, the chaos run and the reproducers' output (each run once).
+## docs/vllm-report.md from the whole suite's runs, the chaos run and the reproducers' output (each run once);
+## its sections By release and Beside mp, which vllm-versions and vllm-bench write, are kept as they are.
 vllm-report: test-vllm-full vllm-chaos
 	@mkdir -p $(VLLM_REPORTS)/repro
 	@for f in docs/vllm/repro/*.py; do case $$f in */tiny.py) continue;; esac; \

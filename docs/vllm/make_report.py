@@ -535,6 +535,17 @@ def with_section(report: str, section: str, start: str, end: str) -> str:
     return report.rstrip() + "\n\n" + section + "\n"
 
 
+def with_kept_sections(text: str, old: str) -> str:
+    """``text``, a whole report just rendered, with the sections other make
+    targets write (By release, Beside mp) taken from ``old``, the report it
+    replaces: a full render must not drop an hour's run of vllm-versions."""
+    for start, end in ((VERSIONS_START, VERSIONS_END), (PERF_START, PERF_END)):
+        if start in old and end in old:
+            section = start + old.partition(start)[2].partition(end)[0] + end
+            text = with_section(text, section, start, end)
+    return text
+
+
 def _reproducer(script: Path, repro_output: Path | None, shown: set[Path]) -> list[str]:
     """A reproducer's code and output, or a pointer to them where shown already."""
     rel = f"docs/vllm/repro/{script.name}"
@@ -609,7 +620,11 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--run: give at least one conform --report-json file (or --chaos with --only-chaos)")
     runs = [_read(path, "--run", "a conform JSON report") for path in args.run]
     text = render(runs, args.repro_output)
-    args.out.write_text(with_chaos(text, section) if section else text)
+    if section:
+        text = with_chaos(text, section)
+    if args.out.exists():
+        text = with_kept_sections(text, args.out.read_text())
+    args.out.write_text(text)
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

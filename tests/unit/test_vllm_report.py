@@ -341,6 +341,28 @@ def test_the_section_by_release_is_replaced_in_place(make_report: ModuleType) ->
     assert new == f"# r\n\n{start}\nnew\n{end}\n\n## after\n"
 
 
+def test_a_whole_report_rendered_again_keeps_the_sections_by_release_and_beside_mp(
+    make_report: ModuleType, tmp_path: Path
+) -> None:
+    from harness.report import PASS, ClauseMatrix
+
+    matrix = ClauseMatrix(settings={"vllm": "0.32.0", "torch": "2.13.0+cpu"})
+    matrix.add("C1", "vllm-mp ws2 cpu", PASS, "test_c1_blocking[vllm-mp-ws2-spawn]", "")
+    run = tmp_path / "vllm-mp.json"
+    run.write_text(json.dumps(matrix.to_json()))
+    versions = f"{make_report.VERSIONS_START}\nfive releases\n{make_report.VERSIONS_END}"
+    perf = f"{make_report.PERF_START}\nmp beside vllm-mp\n{make_report.PERF_END}"
+    out = tmp_path / "report.md"
+    out.write_text(f"# old\n\nstale matrix\n\n{versions}\n\n{perf}\n")
+    assert make_report.main(["--run", str(run), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "stale matrix" not in text and "## Clause matrix" in text
+    assert text.count(versions) == 1 and text.count(perf) == 1
+    out.unlink()
+    assert make_report.main(["--run", str(run), "--out", str(out)]) == 0
+    assert make_report.VERSIONS_START not in out.read_text()
+
+
 def test_releases_are_named_comma_or_space_separated_and_anything_else_is_refused() -> None:
     versions = _versions()
     assert versions.releases("0.30.0, 0.31.0 0.32.0") == ["0.30.0", "0.31.0", "0.32.0"]
