@@ -536,10 +536,11 @@ def with_section(report: str, section: str, start: str, end: str) -> str:
 
 
 def with_kept_sections(text: str, old: str) -> str:
-    """``text``, a whole report just rendered, with the sections other make
-    targets write (By release, Beside mp) taken from ``old``, the report it
-    replaces: a full render must not drop an hour's run of vllm-versions."""
-    for start, end in ((VERSIONS_START, VERSIONS_END), (PERF_START, PERF_END)):
+    """``text``, a whole report just rendered, with the sections rendered from
+    other runs (the chaos run, By release, Beside mp) taken from ``old``, the
+    report it replaces: a render not given those runs must not drop them (an
+    hour's run of vllm-versions among them)."""
+    for start, end in ((CHAOS_START, CHAOS_END), (VERSIONS_START, VERSIONS_END), (PERF_START, PERF_END)):
         if start in old and end in old:
             section = start + old.partition(start)[2].partition(end)[0] + end
             text = with_section(text, section, start, end)
@@ -620,10 +621,10 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--run: give at least one conform --report-json file (or --chaos with --only-chaos)")
     runs = [_read(path, "--run", "a conform JSON report") for path in args.run]
     text = render(runs, args.repro_output)
-    if section:
-        text = with_chaos(text, section)
     if args.out.exists():
         text = with_kept_sections(text, args.out.read_text())
+    if section:
+        text = with_chaos(text, section)
     args.out.write_text(text)
     print(f"wrote {args.out}", file=sys.stderr)
     return 0

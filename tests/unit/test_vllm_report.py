@@ -341,7 +341,7 @@ def test_the_section_by_release_is_replaced_in_place(make_report: ModuleType) ->
     assert new == f"# r\n\n{start}\nnew\n{end}\n\n## after\n"
 
 
-def test_a_whole_report_rendered_again_keeps_the_sections_by_release_and_beside_mp(
+def test_a_whole_report_rendered_again_keeps_the_sections_of_runs_it_was_not_given(
     make_report: ModuleType, tmp_path: Path
 ) -> None:
     from harness.report import PASS, ClauseMatrix
@@ -352,11 +352,19 @@ def test_a_whole_report_rendered_again_keeps_the_sections_by_release_and_beside_
     run.write_text(json.dumps(matrix.to_json()))
     versions = f"{make_report.VERSIONS_START}\nfive releases\n{make_report.VERSIONS_END}"
     perf = f"{make_report.PERF_START}\nmp beside vllm-mp\n{make_report.PERF_END}"
+    chaos = f"{make_report.CHAOS_START}\nthe last chaos run\n{make_report.CHAOS_END}"
     out = tmp_path / "report.md"
-    out.write_text(f"# old\n\nstale matrix\n\n{versions}\n\n{perf}\n")
+    out.write_text(f"# old\n\nstale matrix\n\n{chaos}\n\n{versions}\n\n{perf}\n")
     assert make_report.main(["--run", str(run), "--out", str(out)]) == 0
     text = out.read_text()
     assert "stale matrix" not in text and "## Clause matrix" in text
+    assert text.count(versions) == 1 and text.count(perf) == 1 and text.count(chaos) == 1
+    # A chaos run given replaces the old one's section.
+    path = tmp_path / "chaos.json"
+    path.write_text(json.dumps(CHAOS_RUN))
+    assert make_report.main(["--run", str(run), "--chaos", str(path), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "the last chaos run" not in text and text.count(make_report.CHAOS_START) == 1
     assert text.count(versions) == 1 and text.count(perf) == 1
     out.unlink()
     assert make_report.main(["--run", str(run), "--out", str(out)]) == 0
