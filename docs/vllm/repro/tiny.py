@@ -7,6 +7,7 @@ vLLM shows the problem, 0 where it does not (any more).
 """
 
 import os
+import shutil
 import sys
 import tempfile
 import warnings
@@ -19,6 +20,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # what the script prints is the finding
 os.environ.setdefault("PYTHONWARNINGS", "ignore")  # torch's and vLLM's deprecation warnings, in every process
 warnings.simplefilter("ignore")
+
+
+#: The model folders this process made: verdict removes them (it exits with os._exit, which runs no atexit).
+_FOLDERS = []
 
 
 def executor(tp: int = 2, backend: str = "mp", **engine_args):
@@ -34,6 +39,7 @@ def executor(tp: int = 2, backend: str = "mp", **engine_args):
     if backend == "uni":
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     folder = tempfile.mkdtemp(prefix="tiny-llama-")
+    _FOLDERS.append(folder)
     torch.manual_seed(0)
     LlamaForCausalLM(
         LlamaConfig(
@@ -51,6 +57,8 @@ def executor(tp: int = 2, backend: str = "mp", **engine_args):
 def verdict(problem: bool, what: str) -> None:
     """Print the finding and exit: 1 where the problem shows, else 0."""
     print(("PROBLEM: " if problem else "not seen: ") + what, flush=True)
+    for folder in _FOLDERS:
+        shutil.rmtree(folder, ignore_errors=True)
     os._exit(1 if problem else 0)  # not sys.exit: a hung worker or thread must not keep us here
 
 
