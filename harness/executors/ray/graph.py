@@ -1,7 +1,8 @@
 """The `ray-graph` backend's executor: the rank actors of `ray`, driven through
 a Ray Compiled Graph, as vLLM's compiled-graph Ray executor drives its workers
-(``RayDistributedExecutor``, what vLLM runs with
-``VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0``). Kept to show what that design costs:
+(``RayDistributedExecutor``, what vLLM 0.32.0 runs with
+``VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0``; vLLM 0.34.0 has it no more). Kept to
+show what that design costs:
 its idle ranks spin in Ray's channel read (C25).
 
 Data flow::

@@ -21,7 +21,8 @@ the caller has) are the ones a CPU machine needs: a small KV cache, one core
 per rank, callables allowed through ``collective_rpc``, no hub access.
 
 ``vllm-ray`` is vLLM's ``RayExecutorV2`` (what ``distributed_executor_backend="ray"``
-resolves to while ``VLLM_USE_RAY_V2_EXECUTOR_BACKEND`` is 1, its default): a
+resolves to: in 0.32.0 while ``VLLM_USE_RAY_V2_EXECUTOR_BACKEND`` is 1, its
+default; from 0.34.0 always, the older executor and its setting gone): a
 ``MultiprocExecutor`` whose workers are Ray actors. vLLM refuses Ray on a
 platform without a Ray device key, its CPU platform among them: there the name
 ``create_ray`` does not import, and the suite reports ``vllm-ray`` "not run"
