@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 #: The version of the contract (docs/SPEC.md) this suite checks: its date of change.
-SPEC_VERSION = "2026-12-07.1"
+SPEC_VERSION = "2026-12-07.2"
 
 #: ``HARNESS_FAIL_WORKER_INIT=<rank>`` in a worker's environment makes that rank
 #: raise during start-up (C22): how the suite asks a backend to fail one rank.

@@ -249,6 +249,7 @@ class MatrixCollector:
             if column in columns:
                 for clause in clauses.split(","):
                     self.matrix.add(clause, column, NOT_RUN, test, FILTERED_OUT)
+        self.matrix.filters = self._filters(session.config)
         if not self.saw_backend_tests or session.config.option.collectonly:
             return
         for name in self.opts.backends:
@@ -256,6 +257,23 @@ class MatrixCollector:
                 self.matrix.not_checked[name] = self._why_nothing(name)
         if (self.matrix.not_checked or self.unlisted_failures) and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _filters(self, config: pytest.Config) -> list[str]:
+        """The run's filters in force, as given: why a cell's other tests did not run."""
+        found = []
+        if self.opts.sample:
+            found.append(f"--harness-sample {','.join(self.opts.sample)}")
+        if self.opts.sample_others:
+            found.append("--harness-sample-others (a backend's other start methods run one test of every clause)")
+        if self.opts.clauses:
+            found.append(f"--clause {','.join(self.opts.clauses)}")
+        keyword = config.getoption("keyword", "")
+        if keyword:
+            found.append(f"-k {keyword!r}")
+        marks = config.getoption("markexpr", "")
+        if marks:
+            found.append(f"-m {marks!r}")
+        return found
 
     def _why_nothing(self, name: str) -> str:
         reasons = self.matrix.not_run_reasons(name)

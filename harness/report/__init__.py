@@ -3,12 +3,19 @@
 A column is one backend at one world size on one device (``mp ws2 cpu``), as
 SPEC.md's "Outcomes" asks: one outcome per (clause, backend, world size,
 device). Each test result lands in its cell; the cell's outcome is the worst
-of them, in this order:
+of the tests that ran, in this order:
 
 ``FAIL`` > ``blocked by Cn`` > ``not run`` > ``pass`` > ``not applicable`` > ``declared``
 
-so a pass never hides that another test of the same clause did not run, and a
-clause that only had nothing to look at never reads as a pass.
+so a pass never hides that another test of the same clause was skipped (too
+few GPUs, no root), and a clause that only had nothing to look at never reads
+as a pass. A test the run filtered out (``-k``, ``-m``, ``--clause``, a sample)
+judged nothing: it does not count against the tests that ran, and the cell
+says how much of it ran instead, ``pass (4 of 6)`` (:meth:`ClauseMatrix.label`).
+Only a cell none of whose tests ran reads ``not run`` for it::
+
+    results of a cell ──► filtered out? ──► the rest: worst outcome ──► label "pass (4 of 6)"
+                                 └── all of them: "not run"
 
 This package is the report: it may import ``harness.contract`` and the floors
 below the plugin; the plugin and the command line render it.
@@ -39,6 +46,7 @@ __all__ = [
     "Result",
     "backend_of_column",
     "column_name",
+    "is_filtered",
 ]
 
 PASS = Outcome.PASS
@@ -47,7 +55,14 @@ DECLARED = Outcome.DECLARED
 NOT_APPLICABLE = Outcome.NOT_APPLICABLE
 NOT_RUN = Outcome.NOT_RUN
 #: The note of a test deselected from the run (``-k``, ``-m``).
-FILTERED_OUT = "filtered out"  # followed by the clause id: "blocked by C4"
+FILTERED_OUT = "filtered out"
+#: How to run the tests a filter left out, where the run's own filters are not known.
+RUN_THE_REST = "every test of every variant: `python -m harness conform --full` (from a clone: `make conform-full`)"
+#: The summary's order: what asks for work first, what did not run last (as the HTML page's badges);
+#: a blocked cell comes second.
+_SUMMARY_ORDER: dict[str, int] = {FAIL: 0, DECLARED: 2, NOT_APPLICABLE: 3, PASS: 4, NOT_RUN: 5}
+#: The outcomes a filtered-out test could still overturn: their cells say how much of them ran.
+_PARTLY_SHOWN = (Outcome.PASS, Outcome.NOT_APPLICABLE)
 
 
 _RANK: dict[str, int] = {FAIL: 5, NOT_RUN: 3, PASS: 2, NOT_APPLICABLE: 1, DECLARED: 0}
@@ -84,6 +99,11 @@ class Result:
     detail: str = ""
 
 
+def is_filtered(result: Result) -> bool:
+    """Whether ``result`` is a test the run filtered out (it judged nothing)."""
+    return result.outcome == NOT_RUN and result.note == FILTERED_OUT
+
+
 @dataclass
 class ClauseMatrix:
     cells: dict[tuple[str, str], list[Result]] = field(default_factory=dict)
@@ -98,6 +118,8 @@ class ClauseMatrix:
 
     #: The temporary folders kept with --harness-keep-leftovers (what was left is not removed then).
     kept: list[str] = field(default_factory=list)
+    #: The run's filters that left tests out ("--harness-sample ray", "-k 'c1'"): why a cell is partly run.
+    filters: list[str] = field(default_factory=list)
 
     def add_removed(self, backend: str, left: Mapping[str, Any]) -> None:
         tally = self.removed.setdefault(backend, {})
@@ -143,10 +165,93 @@ class ClauseMatrix:
         return [c for c in CLAUSES if c in present]
 
     def outcome(self, clause: str, column: str) -> str | None:
+        """The worst outcome of the cell's tests that ran; "not run" where the run
+        filtered out every one of them; None for a cell with no test."""
         results = self.cells.get((clause, column))
         if not results:
             return None
-        return max((r.outcome for r in results), key=_rank)
+        ran = [r for r in results if not is_filtered(r)]
+        return max((r.outcome for r in ran or results), key=_rank)
+
+    def coverage(self, clause: str, column: str) -> tuple[int, int]:
+        """(tests of the cell that were not filtered out, tests of the cell)."""
+        results = self.cells.get((clause, column), [])
+        tests = {r.test for r in results}
+        ran = {r.test for r in results if not is_filtered(r)}
+        return len(ran), len(tests)
+
+    def filtered_tests(self, clause: str, column: str) -> list[str]:
+        """The cell's tests the run filtered out, sorted."""
+        results = self.cells.get((clause, column), [])
+        ran = {r.test for r in results if not is_filtered(r)}
+        return sorted({r.test for r in results if is_filtered(r)} - ran)
+
+    def partly_run(self, clause: str, column: str) -> bool:
+        """Whether some of the cell's tests ran and the run filtered out others."""
+        ran, of = self.coverage(clause, column)
+        return 0 < ran < of
+
+    def label(self, clause: str, column: str) -> str | None:
+        """The cell as the reports print it: its outcome, and for a pass (or not
+        applicable) of which the run filtered out some tests, how many ran:
+        ``pass (4 of 6)``. A FAIL, a blocked, declared or not-run cell reads as
+        its outcome: the tests left out cannot change it."""
+        outcome = self.outcome(clause, column)
+        if outcome in _PARTLY_SHOWN and self.partly_run(clause, column):
+            ran, of = self.coverage(clause, column)
+            return f"{outcome} ({ran} of {of})"
+        return outcome
+
+    def tally(self, columns: Iterable[str] | None = None) -> dict[str, int]:
+        """Outcome -> how many cells read it, in ``columns`` (default: all)."""
+        wanted = set(self.columns if columns is None else columns)
+        counts: dict[str, int] = {}
+        for clause, column in self.cells:
+            if column in wanted:
+                outcome = str(self.outcome(clause, column))
+                counts[outcome] = counts.get(outcome, 0) + 1
+        return counts
+
+    def partly_run_cells(self, columns: Iterable[str] | None = None) -> list[tuple[str, str]]:
+        """The cells of ``columns`` (default: all) that ran partly, in clause then column order."""
+        wanted = set(self.columns if columns is None else columns)
+        return [
+            (clause, column)
+            for clause in self.clauses
+            for column in self.columns
+            if column in wanted and (clause, column) in self.cells and self.partly_run(clause, column)
+        ]
+
+    def coverage_line(self, columns: Iterable[str] | None = None) -> str | None:
+        """What ran of the partly run cells and why, with how to run the rest;
+        None where no cell ran partly."""
+        partly = self.partly_run_cells(columns)
+        if not partly:
+            return None
+        left = sum(len(self.filtered_tests(cl, col)) for cl, col in partly)
+        why = ", ".join(self.filters) or "-k, -m, --clause or a sample"
+        return (
+            f"{len(partly)} cell{'s' * (len(partly) != 1)} partly run: {left} of their tests filtered out "
+            f"of this run ({why}); "
+            f"they judged nothing either way. To run them: {RUN_THE_REST}"
+        )
+
+    def summary_line(self, columns: Iterable[str] | None = None) -> str:
+        """The cells counted by outcome, the partly run ones said apart: "cells:
+        pass 166 (84 of them partly run), declared 3"."""
+        chosen = list(self.columns if columns is None else columns)
+        counts = self.tally(chosen)
+        partly: dict[str, int] = {}
+        for clause, column in self.partly_run_cells(chosen):
+            outcome = str(self.outcome(clause, column))
+            partly[outcome] = partly.get(outcome, 0) + 1
+        parts = []
+        for outcome, n in sorted(counts.items(), key=lambda kv: (_summary_order(kv[0]), kv[0])):
+            part = f"{outcome} {n}"
+            if partly.get(outcome):
+                part += f" ({partly[outcome]} of them partly run)"
+            parts.append(part)
+        return "cells: " + (", ".join(parts) if parts else "none")
 
     def failed(self) -> list[tuple[str, str]]:
         return [(cl, col) for cl, col in self.cells if self.outcome(cl, col) == FAIL]
@@ -157,8 +262,7 @@ class ClauseMatrix:
     def only_not_run(self, backend: str) -> bool:
         """Whether nothing was checked for ``backend``: no test of it passed,
         failed or was blocked (its cells all read "not run", "not applicable" or
-        "declared", or it has none). A passed test of a clause whose other tests
-        were filtered out did check something, though its cell reads "not run"."""
+        "declared", or it has none)."""
         cols = set(self.columns_of(backend))
         return not any(
             r.outcome in (PASS, FAIL) or blocker_of(r.outcome)
@@ -194,25 +298,25 @@ class ClauseMatrix:
     def notes(self, columns: list[str] | None = None) -> list[str]:
         """What is not a plain pass, under its cell: one line per failure, and
         one per kind of other outcome with its reason (tests counted, not
-        listed); the tests filtered out of the run are counted once, at the end.
-        ``columns``: those to speak of (default: all)."""
+        listed); the tests filtered out of the run are said once, at the end
+        (:meth:`coverage_line`). ``columns``: those to speak of (default: all)."""
         out = []
-        filtered = 0
         for clause in self.clauses:
             for col in self.columns if columns is None else columns:
                 groups: dict[tuple[str, str], list[str]] = {}
                 for r in self.cells.get((clause, col), []):
-                    if r.outcome == NOT_RUN and r.note == FILTERED_OUT:
-                        filtered += 1
-                    elif r.outcome == FAIL:
+                    if is_filtered(r):
+                        continue
+                    if r.outcome == FAIL:
                         out.append(f"{clause} [{col}] FAIL: {r.test}: {r.note}")
                     elif r.outcome != PASS or r.note:
                         groups.setdefault((r.outcome, r.note), []).append(r.test)
                 for (outcome, note), tests in groups.items():
                     who = tests[0] if len(tests) == 1 else f"{len(tests)} tests"
                     out.append(f"{clause} [{col}] {outcome}: {who}{': ' + note if note else ''}")
-        if filtered:
-            out.append(f"{filtered} test results not run: filtered out of this run (-k, -m, --harness-sample)")
+        coverage = self.coverage_line(columns)
+        if coverage:
+            out.append(coverage)
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -224,6 +328,10 @@ class ClauseMatrix:
                 clause: {
                     col: {
                         "outcome": self.outcome(clause, col),
+                        "label": self.label(clause, col),
+                        "ran": self.coverage(clause, col)[0],
+                        "of": self.coverage(clause, col)[1],
+                        "filtered": self.filtered_tests(clause, col),
                         "notes": [
                             f"{r.test}: {r.note}" if r.test and r.note else r.test or r.note
                             for r in self.cells[(clause, col)]
@@ -241,6 +349,8 @@ class ClauseMatrix:
                 for clause in self.clauses
             },
             "failed": [f"{cl} [{col}]" for cl, col in self.failed()],
+            "partly_run": [f"{cl} [{col}]" for cl, col in self.partly_run_cells()],
+            "filters": list(self.filters),
             "not_checked": dict(self.not_checked),
             "removed": {backend: dict(tally) for backend, tally in sorted(self.removed.items())},
         }
@@ -257,8 +367,10 @@ class ClauseMatrix:
             lines.append("| clause | " + " | ".join(cols) + " | summary |")
             lines.append("|---|" + "---|" * len(cols) + "---|")
             for clause in self.clauses:
-                cells = [self.outcome(clause, c) or "-" for c in cols]
+                cells = [self.label(clause, c) or "-" for c in cols]
                 lines.append(f"| {clause} | " + " | ".join(cells) + f" | {CLAUSES[clause]} |")
+        if cols:
+            lines += ["", self.summary_line()]
         notes = self.notes()
         if notes:
             lines += ["", "## Failures, blocked checks, gaps and what did not run", ""]
@@ -271,6 +383,7 @@ class ClauseMatrix:
         matrix = cls(settings=dict(data.get("settings", {})), not_checked=dict(data.get("not_checked", {})))
         matrix.state = str(data.get("run", "finished"))
         matrix.removed = {b: dict(t) for b, t in data.get("removed", {}).items()}
+        matrix.filters = [str(f) for f in data.get("filters", [])]
         for clause, columns in data["clauses"].items():
             for column, cell in columns.items():
                 for test in cell["tests"]:
@@ -291,6 +404,10 @@ class ClauseMatrix:
         if md_path:
             with open(md_path, "w", encoding="utf-8") as f:
                 f.write(self.render_markdown())
+
+
+def _summary_order(outcome: str) -> int:
+    return 1 if blocker_of(outcome) else _SUMMARY_ORDER[outcome]
 
 
 #: Distributions that install a module under another name (vLLM's CPU build).

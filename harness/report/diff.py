@@ -11,7 +11,9 @@ tests behind the move::
 A cell is *worse* when its new outcome is lower in :data:`STANDING`: a pass
 that became FAIL, ``not run``, ``declared`` or ``blocked``; a cell that
 vanished (its variant no longer ran) counts as ``not run``. Any worse cell makes
-the command exit 1.
+the command exit 1. A cell whose outcome stayed while the share of its tests
+that ran moved (``pass (4 of 6)`` -> ``pass``: a sampled run beside a whole
+one) changed its coverage, not its verdict: listed as such, never worse.
 """
 
 from __future__ import annotations
@@ -51,19 +53,33 @@ class CellChange:
     old: str | None
     new: str | None
     tests: tuple[TestChange, ...]
+    #: The cell as each run's report reads it ("pass (4 of 6)"), where that differs from its outcome.
+    old_label: str | None = None
+    new_label: str | None = None
 
     @property
     def worse(self) -> bool:
         return standing(self.new) < standing(self.old)
 
     @property
+    def coverage_only(self) -> bool:
+        """The outcome stayed; only how many of the cell's tests ran moved."""
+        return self.old == self.new and self.old_label != self.new_label
+
+    @property
     def word(self) -> str:
-        """ "worse", "better" or "moved" (to an outcome that stands as high)."""
+        """ "worse", "better", "moved" (to an outcome that stands as high), or
+        "coverage" (the same outcome from more or fewer of its tests)."""
+        if self.coverage_only:
+            return "coverage"
         return "worse" if self.worse else "better" if standing(self.new) > standing(self.old) else "moved"
 
     def describe(self) -> str:
         word = self.word.upper() if self.worse else self.word
-        return f"{self.clause} [{self.column}]: {self.old or ABSENT} -> {self.new or ABSENT} ({word})"
+        if self.coverage_only:
+            word = "coverage, not verdict"
+        before, after = self.old_label or self.old or ABSENT, self.new_label or self.new or ABSENT
+        return f"{self.clause} [{self.column}]: {before} -> {after} ({word})"
 
 
 def backends_of(matrix: ClauseMatrix) -> set[str]:
@@ -102,7 +118,8 @@ def diff(old: ClauseMatrix, new: ClauseMatrix, within: bool = False) -> list[Cel
     changes = []
     for clause, column in keys:
         before, after = old.outcome(clause, column), new.outcome(clause, column)
-        if before == after and not within:
+        before_label, after_label = old.label(clause, column), new.label(clause, column)
+        if before == after and before_label == after_label and not within:
             continue
         was = {r.test: r for r in old.cells.get((clause, column), [])}
         now = {r.test: r for r in new.cells.get((clause, column), [])}
@@ -114,8 +131,8 @@ def diff(old: ClauseMatrix, new: ClauseMatrix, within: bool = False) -> list[Cel
                 moved.append(
                     TestChange(test, before_r.outcome if before_r else None, after_r.outcome if after_r else None, note)
                 )
-        if before != after or moved:
-            changes.append(CellChange(clause, column, before, after, tuple(moved)))
+        if before != after or before_label != after_label or moved:
+            changes.append(CellChange(clause, column, before, after, tuple(moved), before_label, after_label))
     return changes
 
 
@@ -129,7 +146,9 @@ def render_text(changes: list[CellChange], old_name: str, new_name: str) -> str:
     if not changes:
         return f"no cell changed between {old_name} and {new_name}"
     worse = sum(c.worse for c in changes)
-    lines = [f"{len(changes)} cells changed between {old_name} and {new_name}, {worse} worse:"]
+    coverage = sum(c.coverage_only for c in changes)
+    also = f", {coverage} in coverage alone (the same outcome from more or fewer of its tests)" if coverage else ""
+    lines = [f"{len(changes)} cells changed between {old_name} and {new_name}, {worse} worse{also}:"]
     for change in changes:
         lines.append(f"  {change.describe()}")
         for t in change.tests:
@@ -146,5 +165,6 @@ def render_markdown(changes: list[CellChange], old_name: str, new_name: str) -> 
     for c in changes:
         word = f"**{c.word}**" if c.worse else c.word
         tests = "<br>".join(f"`{t.test}`: {t.old or ABSENT} → {t.new or ABSENT}" for t in c.tests)
-        lines.append(f"| {c.clause} | {c.column} | {c.old or ABSENT} | {c.new or ABSENT} | {word} | {tests} |")
+        before, after = c.old_label or c.old or ABSENT, c.new_label or c.new or ABSENT
+        lines.append(f"| {c.clause} | {c.column} | {before} | {after} | {word} | {tests} |")
     return "\n".join(lines) + "\n"

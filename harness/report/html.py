@@ -7,7 +7,11 @@ cells) that opens the cell's evidence: each of its tests with its outcome, the
 failure's message and whole text (a timeout's stacks, what leaked), the
 known-failures line that matched, and the one command that reruns that cell::
 
-    ClauseMatrix ──► rows and cells (outcome, css class, tests, rerun) ──► templates/page.html.j2 ──► one file
+    ClauseMatrix ──► rows and cells (outcome, label, css class, tests, rerun) ──► templates/page.html.j2 ──► one file
+
+A cell of which the run filtered out some tests reads as the terminal's does,
+``pass (4 of 6)``: its tooltip says why, its evidence lists the tests left out,
+and the badges count such cells apart ("partly run").
 
 Columns of which no test ran (the ``cuda`` columns of a machine without a GPU)
 fold as the terminal's do (:mod:`harness.report.terminal`, :class:`Fold`): the
@@ -93,6 +97,22 @@ class _Cell:
     summary: str
     rerun: str
     tests: list[_Test]
+    #: What the cell reads: its outcome, "pass (4 of 6)" where the run filtered out some of its tests.
+    label: str = ""
+    #: The tests that ran, and all of them (filtered out ones too).
+    ran: int = 0
+    of: int = 0
+    #: The tests the run filtered out, and why (the run's filters).
+    filtered: list[str] = dataclasses.field(default_factory=list)
+    why_filtered: str = ""
+
+    @property
+    def tooltip(self) -> str:
+        text = f"{self.clause} [{self.column}]: {self.outcome}"
+        if self.filtered and self.ran:
+            text += f"; {self.ran} of {self.of} tests ran, {len(self.filtered)} filtered out of this run"
+            text += f" ({self.why_filtered})" if self.why_filtered else ""
+        return text
 
 
 def _cells(matrix: ClauseMatrix, folded: set[str]) -> tuple[list[dict[str, Any]], list[_Cell]]:
@@ -113,9 +133,12 @@ def _cells(matrix: ClauseMatrix, folded: set[str]) -> tuple[list[dict[str, Any]]
                 )
                 for r in sorted(matrix.cells[(clause, column)], key=lambda r: (-_worst_first(r.outcome), r.test))
             ]
+            ran, of = matrix.coverage(clause, column)
             cell = _Cell(
                 cell_id(clause, column), clause, column, outcome, css_of(outcome), CLAUSES.get(clause, ""),
                 rerun_command(clause, column, [t.test for t in tests]), tests,
+                matrix.label(clause, column) or outcome, ran, of, matrix.filtered_tests(clause, column),
+                ", ".join(matrix.filters),
             )  # fmt: skip
             row.append(cell)
             cells.append(cell)
@@ -184,6 +207,8 @@ def render_page(matrix: ClauseMatrix, title: str = "harness conformance report")
             folds=fold_list,
             folded=folded,
             tally=tally([c for c in cells if c.column not in folded]),
+            partly=[c for c in cells if c.column not in folded and c.ran and c.filtered],
+            coverage=matrix.coverage_line([c for c in matrix.columns if c not in folded]) or "",
             folded_tally=tally([c for c in cells if c.column in folded]),
             css_of=css_of,
             not_checked=sorted(matrix.not_checked.items()),
@@ -204,8 +229,8 @@ def render_diff_page(changes: list[Any], old_name: str, new_name: str) -> str:
         {
             "clause": c.clause,
             "column": c.column,
-            "old": c.old or ABSENT,
-            "new": c.new or ABSENT,
+            "old": c.old_label or c.old or ABSENT,
+            "new": c.new_label or c.new or ABSENT,
             "old_css": css_of(c.old),
             "new_css": css_of(c.new),
             "word": c.word,

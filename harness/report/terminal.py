@@ -59,9 +59,7 @@ def kind_of_column(column: str) -> str:
 
 
 def folded_columns(matrix: ClauseMatrix) -> dict[str, list[str]]:
-    """Columns of which no test ran (every result ``not run``), by :func:`kind_of_column`.
-    Not every *cell* ``not run``: a cell reads ``not run`` beside a pass of the same
-    clause when another of its tests was filtered out, and that column did check something."""
+    """Columns of which no test ran (every result ``not run``), by :func:`kind_of_column`."""
     from harness.report import NOT_RUN
 
     results: dict[str, list[str]] = {}
@@ -167,7 +165,8 @@ def render(matrix: ClauseMatrix, width: int | None = None) -> str:
     clauses = [cl for cl in matrix.clauses if any((cl, c) in matrix.cells for c in shown)]
     lines: list[str] = []
     if shown:
-        cell = max(14, *(len(c) for c in shown)) + 2
+        labels = [matrix.label(cl, c) or "-" for cl in clauses for c in shown]
+        cell = max(14, *(len(c) for c in shown), *(len(text) for text in labels)) + 2
         blocks = blocks_of(shown, width, cell)
         beside = len(blocks) == 1 and width - CLAUSE_WIDTH - cell * len(shown) - len(GAP) >= LEAST_SUMMARY
         for i, block in enumerate(blocks):
@@ -179,9 +178,7 @@ def render(matrix: ClauseMatrix, width: int | None = None) -> str:
                 "-" * min(width, len(head) + (len(GAP) + 7 if beside else 0)),
             ]
             for clause in clauses:
-                row = f"{clause:<{CLAUSE_WIDTH}}" + "".join(
-                    f"{matrix.outcome(clause, c) or '-':>{cell}}" for c in block
-                )
+                row = f"{clause:<{CLAUSE_WIDTH}}" + "".join(f"{matrix.label(clause, c) or '-':>{cell}}" for c in block)
                 lines.append(row + (GAP + _cut(CLAUSES[clause], room) if beside else ""))
         if not beside:
             lines += ["", "clauses:"] + [f"  {cl:<5}{_cut(CLAUSES[cl], width - 7)}" for cl in clauses]
@@ -191,6 +188,8 @@ def render(matrix: ClauseMatrix, width: int | None = None) -> str:
         lines.append("")
         for kind, cols in folded.items():
             lines += textwrap.wrap(fold_line(matrix, kind, cols), width, subsequent_indent="    ")
+    if shown:
+        lines += ["", *textwrap.wrap(matrix.summary_line(shown), width, subsequent_indent="    ")]
     notes = matrix.notes(shown)
     if notes:
         lines += ["", *(f"  {n}" for n in notes)]

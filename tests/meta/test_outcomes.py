@@ -80,6 +80,65 @@ def test_each_outcome_reaches_the_matrix_from_the_test_body(pytester: pytest.Pyt
     result.stdout.fnmatch_lines(["*C13 ?uni ws1 cpu? not applicable: 2 tests: every rank runs in the caller*"])
 
 
+PARTLY_SUITE = """
+import pytest
+from harness.conformance import probes
+
+@pytest.mark.harness_clause("C1")
+def test_kept(executor, world_size):
+    assert executor.collective_rpc(probes.rank) == list(range(world_size))
+
+@pytest.mark.harness_clause("C1")
+def test_left_out(executor):
+    assert False, "a filtered-out test never runs"
+
+@pytest.mark.harness_clause("C3")
+def test_kept_fails(executor):
+    assert False, "got 1, expected 2 [echo]"
+
+@pytest.mark.harness_clause("C3")
+def test_left_out_too(executor):
+    pass
+
+@pytest.mark.harness_clause("C2")
+def test_left_out_all(executor):
+    pass
+"""
+
+
+def test_a_cell_takes_its_outcome_from_the_tests_that_ran_and_says_how_many(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_partly=PARTLY_SUITE)
+    path = pytester.path / "report.json"
+    markdown = pytester.path / "report.md"
+    html = pytester.path / "report.html"
+    result = pytester.runpytest_subprocess(
+        *UNI, "-k", "kept", "--report-json", str(path), "--report-md", str(markdown), "--report-html", str(html)
+    )
+    data = json.loads(path.read_text())
+    col = "uni ws1 cpu"
+    c1, c2, c3 = (data["clauses"][c][col] for c in ("C1", "C2", "C3"))
+    assert (c1["outcome"], c1["label"], c1["ran"], c1["of"]) == ("pass", "pass (1 of 2)", 1, 2)
+    assert [t.split("[")[0] for t in c1["filtered"]] == ["test_left_out"]
+    assert (c2["outcome"], c2["label"], c2["ran"]) == ("not run", "not run", 0), "nothing of it ran"
+    assert (c3["outcome"], c3["label"]) == ("FAIL", "FAIL"), "a FAIL among the tests that ran is the cell's"
+    assert data["partly_run"] == [f"C1 [{col}]", f"C3 [{col}]"]
+    assert data["filters"] == ["-k 'kept'"]
+    result.stdout.fnmatch_lines(
+        [
+            "C1 *pass (1 of 2)*",
+            "C2 *not run*",
+            "C3 *FAIL*",
+            "cells: FAIL 1 (1 of them partly run), pass 1 (1 of them partly run), not run 1",
+            "*2 cells partly run: 2 of their tests filtered out of this run (-k 'kept')*",
+        ]
+    )
+    assert "| C1 | pass (1 of 2) |" in markdown.read_text()
+    page = html.read_text()
+    assert (
+        ">pass (1 of 2)</button>" in page and "1 of 2 tests ran, 1 filtered out of this run (-k &#39;kept&#39;)" in page
+    )
+
+
 def test_a_selection_that_matches_nothing_fails_and_says_why(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_outcomes=OUTCOMES_SUITE)
     result = pytester.runpytest_subprocess(*UNI, "-k", "no_such_test")

@@ -82,8 +82,8 @@ def test_a_backend_whose_every_cell_is_not_run_checked_nothing() -> None:
     assert m.only_not_run("vllm-mp"), "a backend with no cell at all checked nothing"
     m.add("C4", "uni ws1 cpu", "pass", "t4")
     m.add("C4", "uni ws1 cpu", "not run", "t4b", "filtered out")
-    assert m.outcome("C4", "uni ws1 cpu") == "not run"
-    assert not m.only_not_run("uni"), "a test that passed checked something, though its cell reads not run"
+    assert m.outcome("C4", "uni ws1 cpu") == "pass"
+    assert not m.only_not_run("uni"), "a test that passed checked something"
     m.add("C12", "dec ws1 cpu", "declared", "t12", "no finalizer")
     m.add("C13", "dec ws1 cpu", "not applicable", "t13", "in-process")
     assert m.only_not_run("dec"), "declarations and nothing to look at check nothing"
@@ -119,3 +119,29 @@ def test_a_column_across_nodes_names_them_and_belongs_to_its_backend() -> None:
         matrix.add("C1", column, "pass", "test_x")
     assert matrix.columns_of("ray") == ["ray ws4 cpu", "ray ws4 cpu 2 nodes"]
     assert matrix.columns_of("pkg.mod:ray") == ["pkg.mod:ray ws2 cpu"]
+
+
+def test_a_cell_reads_the_worst_of_the_tests_that_ran_and_how_many_of_them_ran() -> None:
+    m = ClauseMatrix()
+    for test, outcome, note in (("a", "pass", ""), ("b", "pass", ""), ("c", "not run", "filtered out")):
+        m.add("C1", COL, outcome, test, note)
+    m.add("C2", COL, "not run", "d", "filtered out")
+    m.add("C3", COL, "FAIL", "e", "got a list")
+    m.add("C3", COL, "not run", "f", "filtered out")
+    m.add("C4", COL, "pass", "g")
+    m.add("C4", COL, "not run", "h", "needs 2 GPUs, found 0")
+    m.filters = ["--harness-sample mp"]
+    assert [(m.outcome(c, COL), m.label(c, COL)) for c in ("C1", "C2", "C3", "C4")] == [
+        ("pass", "pass (2 of 3)"),
+        ("not run", "not run"),
+        ("FAIL", "FAIL"),
+        ("not run", "not run"),
+    ], "filtered out counts for nothing; a skip with a reason still outranks a pass"
+    cell = m.to_json()["clauses"]["C1"][COL]
+    assert (cell["outcome"], cell["label"], cell["ran"], cell["of"]) == ("pass", "pass (2 of 3)", 2, 3)
+    assert cell["filtered"] == ["c"]
+    assert m.to_json()["partly_run"] == [f"C1 [{COL}]", f"C3 [{COL}]"], "a FAIL can be partly run too"
+    assert "| C1 | pass (2 of 3) |" in m.render_markdown()
+    assert "cells: FAIL 1 (1 of them partly run), pass 1 (1 of them partly run), not run 2" in m.render_markdown()
+    again = ClauseMatrix.from_json(json.loads(json.dumps(m.to_json())))
+    assert (again.label("C1", COL), again.filters) == ("pass (2 of 3)", ["--harness-sample mp"])

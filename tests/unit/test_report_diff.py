@@ -105,3 +105,23 @@ def test_the_command_exits_1_on_a_worse_cell_0_on_none_and_2_on_a_file_that_is_n
     (tmp_path / "other.json").write_text('{"benchmark": 1}')
     assert main(["report", "diff", str(tmp_path / "other.json"), str(old)]) == 4
     assert "other.json: not a harness report" in capsys.readouterr().err
+
+
+def test_a_cell_that_went_from_partly_run_to_fully_run_changed_coverage_not_verdict(tmp_path: Path) -> None:
+    sampled = matrix(("C1", COL, "pass", "t1"), ("C4", COL, "pass", "t4"))
+    sampled.add("C1", COL, "not run", "t1b", "filtered out")
+    whole = matrix(("C1", COL, "pass", "t1"), ("C1", COL, "pass", "t1b"), ("C4", COL, "pass", "t4"))
+    for old, new, before, after in (
+        (sampled, whole, "pass (1 of 2)", "pass"),
+        (whole, sampled, "pass", "pass (1 of 2)"),
+    ):
+        changes = diff(old, new)
+        assert [(c.clause, c.old, c.new, c.worse, c.word) for c in changes] == [
+            ("C1", "pass", "pass", False, "coverage")
+        ]
+        text = render_text(changes, "a.json", "b.json")
+        assert "1 cells changed between a.json and b.json, 0 worse, 1 in coverage alone" in text
+        assert f"C1 [mp ws2 cpu]: {before} -> {after} (coverage, not verdict)" in text
+    sampled.write(str(tmp_path / "sampled.json"), None)
+    whole.write(str(tmp_path / "whole.json"), None)
+    assert main(["report", "diff", str(tmp_path / "whole.json"), str(tmp_path / "sampled.json")]) == 0

@@ -216,7 +216,7 @@ def test_the_badges_count_the_shown_matrix_the_most_actionable_first() -> None:
     m = without_a_gpu()
     m.add("C5", "mp ws2 cpu", "blocked by C4", "test_c5[mp-ws2-fork]", "non_block returned a list")
     m.add("C12", "mine ws2 cpu", "declared", "test_c12[mine-ws2-fork]", "no finalizer")
-    m.add("C2", "uni ws1 cpu", "not run", "test_c2_b[uni-ws1-fork]", "filtered out")
+    m.add("C2", "uni ws1 cpu", "not run", "test_c2_b[uni-ws1-fork]", "ray is not installed")
     badges = [(b.words().rsplit(" ", 1)) for b in tree(render_page(m)).by_id("tally").children]
     assert badges[0] == ["FAIL", "1"], badges
     assert [o for o, _ in badges] == ["FAIL", "blocked by C4", "declared", "pass", "not run"]
@@ -255,3 +255,24 @@ def test_report_html_folds_as_the_run_s_own_page_does(tmp_path: Path) -> None:
     page = (tmp_path / "conform.html").read_text()
     note = tree(page).by_id("fold-note").words()
     assert all(column in note for column in CUDA)
+
+
+def test_a_partly_run_cell_reads_its_share_its_tooltip_says_why_and_its_evidence_lists_what_was_left_out() -> None:
+    m = without_a_gpu()
+    m.add("C2", "uni ws1 cpu", "not run", "test_c2_b[uni-ws1-spawn]", "filtered out")
+    m.add("C2", "uni ws1 cpu", "not run", "test_c2_c[uni-ws1-spawn]", "filtered out")
+    m.filters = ["--harness-sample uni"]
+    doc = tree(render_page(m))
+    button = doc.by_id("btn-" + cell_id("C2", "uni ws1 cpu"))
+    assert button.words() == "pass (1 of 3)"
+    assert button.attrs["data-outcome"] == "pass"
+    assert button.attrs["title"] == (
+        "C2 [uni ws1 cpu]: pass; 1 of 3 tests ran, 2 filtered out of this run (--harness-sample uni)"
+    )
+    evidence = doc.by_id("ev-" + cell_id("C2", "uni ws1 cpu"))
+    left_out = [e.words() for e in evidence.all("code", "test-id")]
+    assert "test_c2_b[uni-ws1-spawn]" in left_out and "test_c2_c[uni-ws1-spawn]" in left_out
+    assert "1 of 3 tests ran; 2 filtered out of this run (--harness-sample uni)" in evidence.words()
+    badges = [b.words() for b in doc.by_id("tally").children]
+    assert "of them partly run 1" in badges
+    assert "make conform-full" in doc.by_id("coverage").words()

@@ -92,11 +92,15 @@ def test_a_run_that_checked_nothing_still_says_so_under_its_folds() -> None:
     assert "NOTHING CHECKED for backend 'mp'" in text
 
 
-def test_a_column_whose_cells_read_not_run_beside_a_pass_that_ran_does_not_fold() -> None:
+def test_a_column_with_a_pass_beside_a_filtered_out_test_does_not_fold_and_reads_pass_1_of_2() -> None:
     m = ClauseMatrix()
     m.add("C1", "mine ws1 cpu", "pass", "test_c1_a[mine-ws1-spawn]")
     m.add("C1", "mine ws1 cpu", "not run", "test_c1_b[mine-ws1-fork]", "filtered out")
-    assert m.outcome("C1", "mine ws1 cpu") == "not run"
+    m.filters = ["--harness-sample mine"]
+    assert m.outcome("C1", "mine ws1 cpu") == "pass"
     text = render(m, width=100)
     assert headers(text) == [["mine ws1 cpu"]], text
-    assert "1 test results not run: filtered out of this run" in text
+    assert "pass (1 of 2)" in text
+    assert "cells: pass 1 (1 of them partly run)" in text
+    assert "1 cell partly run: 1 of their tests filtered out of this run (--harness-sample mine)" in text
+    assert "make conform-full" in text

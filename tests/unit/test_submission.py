@@ -107,3 +107,11 @@ def test_a_folder_that_is_no_submission_is_not_conformant_and_says_why(tmp_path:
     assert sub.verify(tmp_path / "missing").reasons == [f"{tmp_path / 'missing'} is not a folder"]
     (tmp_path / "empty").mkdir()
     assert sub.verify(tmp_path / "empty").reasons == ["SHA256SUMS is missing: nothing vouches for the files"]
+
+
+def test_a_sampled_run_whose_cells_passed_partly_is_partial_and_names_each_partly_run_cell(tmp_path: Path) -> None:
+    m = report()
+    m.add("C1", "mp ws2 cpu", "not run", "test_c1_other[mp-ws2-spawn]", "filtered out")
+    verdict = sub.verify(submission(tmp_path / "s", m))
+    assert (verdict.verdict, verdict.exit_code) == ("partial", 1)
+    assert verdict.reasons == ["C1 [mp ws2 cpu] partly run: 3 of 4 tests, the rest filtered out"]
