@@ -313,8 +313,13 @@ class CallerChannels:
         """Replies that arrive within ``timeout`` s, the ranks seen dead meanwhile,
         and whether the stop pipe woke the wait."""
         replies = self._poll()
-        if replies or timeout == 0:
+        if replies:
             return replies, [], False
+        if timeout == 0:
+            # A look that does not wait (future.done()) still reads what the
+            # remote ranks' sockets hold: their frames reach the inboxes only here.
+            dead = self._read_sockets() if self.sockets else []
+            return self._poll(), dead, False
         if self.spin_s > 0 and self.ring is not None:
             end = time.perf_counter() + (self.spin_s if timeout is None else min(self.spin_s, timeout))
             while time.perf_counter() < end:
