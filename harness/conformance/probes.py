@@ -585,9 +585,11 @@ def _thread_name(tid: int) -> str:
     return python or kernel or f"tid {tid}"
 
 
-def measure_idle_cpu(worker: Any, key: str, after_s: float, over_s: float) -> int:
+def measure_idle_cpu(worker: Any, key: str, after_s: float, over_s: float, windows: int = 1) -> int:
     """Starts a thread that, ``after_s`` from now, measures this rank's whole
-    process over ``over_s``; returns at once.
+    process over ``over_s``, and again over each of ``windows - 1`` more such
+    windows one after the other (an idle state lasts: a worker that starts
+    polling only after seconds of idle shows in a later window); returns at once.
 
     Two figures: the CPU time of the process (every thread, ``getrusage``), and
     of its busiest thread, how much of the window it was runnable (on a CPU or
@@ -605,11 +607,18 @@ def measure_idle_cpu(worker: Any, key: str, after_s: float, over_s: float) -> in
 
     def measure() -> None:
         time.sleep(after_s)
+        me = threading.get_native_id()
         runnable0, cpu0, t0, began = threads_runnable_ns(), _process_cpu_s(), time.monotonic(), time.time()
-        time.sleep(over_s)
-        cpu1, t1, runnable1 = _process_cpu_s(), time.monotonic(), threads_runnable_ns()
-        found.update(cpu_s=cpu1 - cpu0, wall_s=t1 - t0, began=began, ended=time.time(), pid=os.getpid())
-        found.update(busiest_thread(runnable0, runnable1, t1 - t0, skip=threading.get_native_id()))
+        figures: list[dict[str, Any]] = []
+        for _ in range(max(1, windows)):
+            time.sleep(over_s)
+            cpu1, t1, runnable1, ended = _process_cpu_s(), time.monotonic(), threads_runnable_ns(), time.time()
+            figure = {"cpu_s": cpu1 - cpu0, "wall_s": t1 - t0, "began": began, "ended": ended, "pid": os.getpid()}
+            figure.update(busiest_thread(runnable0, runnable1, t1 - t0, skip=me))
+            figures.append(figure)
+            runnable0, cpu0, t0, began = runnable1, cpu1, t1, ended
+        # The first window's figure at the top, the later ones under "later".
+        found.update(figures[0], later=figures[1:])
 
     # Named as the suite's own threads are: for a rank in the caller's process
     # (uni), the leak check after the test does not count it.
@@ -623,9 +632,10 @@ def idle_cpu_measured(worker: Any, key: str, wait_s: float) -> dict[str, Any]:
     """What ``measure_idle_cpu(key)`` found in this rank's process: ``cpu_s``
     over ``wall_s`` (the window began at ``began`` and ended at ``ended``,
     wall-clock times), the busiest thread's name, runnable share and on-CPU
-    share of the window (absent where ``/proc`` has no schedstat), and ``arrived``, when this
-    call came. Its thread is waited for up to ``wait_s`` if its window has not
-    ended yet. ``missing``: why there is no figure."""
+    share of the window (absent where ``/proc`` has no schedstat), the same of
+    each later window under ``later``, and ``arrived``, when this call came.
+    Its thread is waited for up to ``wait_s`` if its windows have not ended
+    yet. ``missing``: why there is no figure."""
     arrived = time.time()
     entry = _IDLE_CPU.pop((key, int(worker.rank)), None)
     if entry is None:

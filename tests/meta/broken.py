@@ -7,9 +7,11 @@ the bug breaks to FAIL: a check no broken backend can fail proves nothing.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import functools
 import os
+import tempfile
 import threading
 import time
 from typing import Any
@@ -2440,6 +2442,64 @@ class SpinningWorkers(_Wrapper):
 
 
 spinning_workers = SpinningWorkers
+
+
+def _spin_once_idle(worker: Any, stamp: str, idle_s: float) -> int:
+    """Starts a thread in the worker that sleeps while a call came within
+    ``idle_s`` (the caller touches ``stamp`` at each call), and polls in a busy
+    loop once none has: a keep-alive timer that falls into a spin. It ends when
+    ``stamp`` is removed (shutdown)."""
+
+    def watch() -> None:
+        while True:
+            try:
+                last = os.stat(stamp).st_mtime
+            except OSError:
+                return
+            if time.time() - last < idle_s:
+                time.sleep(0.2)
+            # else: the bug, no wait at all
+
+    threading.Thread(target=watch, name="keep-alive-timer", daemon=True).start()
+    return int(worker.rank)
+
+
+class WorkersSpinOnceIdleAWhile(_Wrapper):
+    """C25 at a later moment: each worker sleeps for the first 6 s after a call,
+    then polls in a busy loop until the next one (the first 2 s window, from
+    3.5 s, sees it asleep; "once no call has been in flight for 3 s" holds at
+    every later moment too)."""
+
+    IDLE_S = 6.0
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        super().__init__(config)
+        fd, self._stamp = tempfile.mkstemp(prefix="last-call-")
+        os.close(fd)
+        try:
+            self.inner.collective_rpc(_spin_once_idle, args=(self._stamp, self.IDLE_S))
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def collective_rpc(self, *a: Any, **kw: Any) -> Any:
+        self._touch()
+        try:
+            return super().collective_rpc(*a, **kw)
+        finally:
+            self._touch()
+
+    def _touch(self) -> None:
+        with contextlib.suppress(OSError):
+            os.utime(self._stamp)
+
+    def shutdown(self) -> None:
+        with contextlib.suppress(OSError):
+            os.unlink(self._stamp)
+        super().shutdown()
+
+
+workers_spin_once_idle_a_while = WorkersSpinOnceIdleAWhile
 
 
 class SpinsAfterEachCall(_Wrapper):

@@ -105,6 +105,7 @@ CASES = [
     ("keeps_each_result", "C10", "c10_an_executor_keeps_nothing"),
     # C25: idle workers sleep (Ray compiled-graph workers at 100 % of a core while idle)
     ("spinning_workers", "C25", "c25_"),
+    ("workers_spin_once_idle_a_while", "C25", "c25_"),
     # issue 51, round 3: every case a sentence's words reach
     ("exception_says_none", "C4", "c4_each_future_method"),
     ("done_when_sent", "C4", "c4_each_future_method"),
@@ -139,6 +140,7 @@ NAMED: dict[str | tuple[str, str], str] = {
     "callbacks_stop_at_a_raise": "callback #1 raising",
     "corrupts_large_results": "the first difference at byte 25165824",
     "spins_once_idle_a_while": "after the last call returned",
+    "workers_spin_once_idle_a_while": "after the last call returned",
     "unloadable_result_breaks_the_executor": "the call after collective_rpc(result_of_a_class_only_the_workers_have",
     "drops_none_replies": "every rank None",
     "zero_timeout_waits": "future.result(timeout=0)",
