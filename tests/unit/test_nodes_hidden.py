@@ -11,6 +11,19 @@ import pytest
 
 from harness.system import nodes
 
+#: Where each test's Python and harness are, but for what it plants: outside what
+#: a node has of its own, wherever this checkout and its Python lie (a clone
+#: under /tmp is itself hidden from nodes, and would be named beside the plant).
+_OUTSIDE_PYTHON = "/opt/checkout/.venv/bin/python"
+_OUTSIDE_HARNESS = "/opt/checkout/harness/system/nodes.py"
+
+
+@pytest.fixture(autouse=True)
+def _outside(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "executable", _OUTSIDE_PYTHON)
+    monkeypatch.setattr(nodes, "__file__", _OUTSIDE_HARNESS)
+    assert nodes.hidden_from_nodes() == [], "hidden_from_nodes judges more than this Python and harness's folder"
+
 
 def test_a_python_under_tmp_is_named_with_where_it_came_from(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "executable", "/tmp/checkout/.venv/bin/python")

@@ -22,8 +22,13 @@ needs_namespaces = pytest.mark.skipif(
 )
 
 # In its own PID and mount namespace, with a /tmp of its own: says its pid, namespace and writes a marker.
+# The Python mounts that /tmp itself, once started: it may lie under the host's
+# /tmp (a checkout and its venv there), which the fresh one hides from whatever
+# starts after the mount (a simulated node cannot run such a Python at all:
+# harness.system.nodes.unavailable_reason says so). What it needs is loaded by then.
 _NODE = """
-import os, sys, time
+import os, subprocess, sys, time
+subprocess.run(["mount", "-t", "tmpfs", "tmpfs", "/tmp"], check=True)
 os.makedirs("/tmp/markers", exist_ok=True)
 open("/tmp/markers/rank-1", "w").close()
 print(os.getpid(), os.stat("/proc/self/ns/pid").st_ino, flush=True)
@@ -42,11 +47,14 @@ def test_a_pid_of_a_namespace_nowhere_in_sight_is_none() -> None:
 
 @pytest.fixture
 def node() -> Iterator[tuple[subprocess.Popen[str], int, int]]:
-    shell = f"mount -t tmpfs tmpfs /tmp && exec {sys.executable} -c '{_NODE}'"
-    argv = ["unshare", "--pid", "--fork", "--mount", "--propagation", "private", "--mount-proc", "sh", "-c", shell]
+    # --kill-child: the process goes with unshare, not 60 s later.
+    argv = ["unshare", "--pid", "--kill-child", "--mount", "--propagation", "private", "--mount-proc"]
+    argv += [sys.executable, "-c", _NODE]
     with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as proc:
         assert proc.stdout is not None
-        pid, namespace = (int(x) for x in proc.stdout.readline().split())
+        said = proc.stdout.readline().split()
+        assert len(said) == 2, f"the process in namespaces of its own said {said}, exit status {proc.poll()}"
+        pid, namespace = (int(x) for x in said)
         try:
             yield proc, pid, namespace
         finally:
