@@ -25,7 +25,7 @@ CHECKOUT = Path(__file__).resolve().parents[2]
 #: What a pytest run of the tests reads there: pytest's settings, the conftest files, the package.
 CHECKOUT_FILES = ["pyproject.toml", "conftest.py", "harness", "tests"]
 #: The unit tests that judge what a node would miss, or run processes in namespaces of their own.
-NODE_VIEW_TESTS = ["tests/unit/test_nodes_hidden.py", "tests/unit/test_pids.py"]
+NODE_VIEW_TESTS = ["tests/unit/test_nodes_hidden.py", "tests/unit/test_pids.py", "tests/unit/test_sockets.py"]
 
 
 @pytest.fixture
