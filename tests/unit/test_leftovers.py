@@ -99,6 +99,25 @@ def test_without_a_private_dev_shm_the_test_s_own_new_segments_are_found_by_a_di
                 os.unlink(path)
 
 
+# Runs argv[2:] in a /dev/shm of its own, as an isolated test gets one, and
+# writes what it held at the end to argv[1]; exit status 90 where it could not
+# have one. The folders of the machine's /dev/shm are carried into it, as
+# isolation carries them: a checkout or venv there stays in sight.
+_IN_A_SHM_OF_ITS_OWN = """
+import os, subprocess, sys
+from harness.system.leftovers import enter_private_shm
+carry = tuple(n for n in os.listdir("/dev/shm") if os.path.isdir(os.path.join("/dev/shm", n)))
+why = enter_private_shm(carry)
+if why is not None:
+    print(why, file=sys.stderr)
+    sys.exit(90)
+rc = subprocess.run(sys.argv[2:]).returncode
+with open(sys.argv[1], "w") as out:
+    out.write("\\n".join(os.listdir("/dev/shm")))
+sys.exit(rc)
+"""
+
+
 def _run_in_a_shm_of_its_own(pytester: pytest.Pytester, args: list[str]) -> tuple[pytest.RunResult, list[str]]:
     """The run, kept, in a mount namespace with a /dev/shm of its own (a fresh
     tmpfs), and what that /dev/shm held when it ended. What it keeps there for
@@ -106,16 +125,12 @@ def _run_in_a_shm_of_its_own(pytester: pytest.Pytester, args: list[str]) -> tupl
     tells its own leftovers by a diff (Ray's ranks write to the machine's) would
     count them as its own, and remove them. Where namespaces are not allowed
     (not root), the machine's."""
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
+    if os.geteuid() != 0:
         result = pytester.runpytest_subprocess(*args)
         return result, os.listdir("/dev/shm")
     listing = pytester.path / "shm-listing.txt"
-    script = (
-        'mount -t tmpfs -o mode=1777 harness-unit /dev/shm || exit 90; "$@"; rc=$?; '
-        f'ls -a /dev/shm > "{listing}"; exit $rc'
-    )
     pytest_cmd = [sys.executable, "-m", "pytest", f"--basetemp={pytester.path / 'basetemp'}", *args]
-    result = pytester.run("unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", *pytest_cmd)
+    result = pytester.run(sys.executable, "-c", _IN_A_SHM_OF_ITS_OWN, str(listing), *pytest_cmd)
     assert result.ret != 90, f"no tmpfs on /dev/shm in the run's namespace: {result.errlines[-5:]}"
     return result, listing.read_text().split()
 
