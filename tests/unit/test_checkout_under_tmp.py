@@ -53,10 +53,12 @@ def _copy_of_this_checkout(where: Path) -> Path:
 
 def _venv_of_this_pythons_packages(where: Path) -> Path:
     """A venv at ``where`` (no pip: milliseconds) that sees this Python's packages
-    (the folders on its path, less this checkout's); its python."""
+    (the folders on its path, less this checkout's sources: a venv inside the
+    checkout, as make's ``.venv``, stays); its python."""
     venv.EnvBuilder(symlinks=True, with_pip=False).create(where)
     [site_packages] = where.glob("lib/python*/site-packages")
-    ours = [p for p in sys.path if p and os.path.isdir(p) and not Path(p).resolve().is_relative_to(CHECKOUT)]
+    sources = [CHECKOUT, *(CHECKOUT / name for name in CHECKOUT_FILES)]
+    ours = [p for p in sys.path if p and os.path.isdir(p) and Path(p).resolve() not in sources]
     (site_packages / "this-pythons-packages.pth").write_text("".join(f"{p}\n" for p in ours))
     return where / "bin" / "python"
 
