@@ -24,13 +24,17 @@ per rank, callables allowed through ``collective_rpc``, no hub access.
 resolves to: in 0.32.0 while ``VLLM_USE_RAY_V2_EXECUTOR_BACKEND`` is 1, its
 default; from 0.34.0 always, the older executor and its setting gone): a
 ``MultiprocExecutor`` whose workers are Ray actors. vLLM refuses Ray on a
-platform without a Ray device key, its CPU platform among them: there the name
-``create_ray`` does not import, and the suite reports ``vllm-ray`` "not run"
-with vLLM's check (:func:`ray_refusal`), as it does a backend whose package is
-missing, instead of starting a Ray cluster for vLLM to refuse in every test.
+platform without a Ray device key, its CPU platform among them. There the suite
+runs it through its own vLLM platform plugin (``harness.executors.vllm.platform``:
+vLLM's CPU platform with a custom Ray resource as its device key, and the Ray
+actors' device discovery for that resource), which loading ``vllm-ray`` asks for
+(``HARNESS_VLLM_RAY_PLATFORM=1``, unless set otherwise); where the plugin cannot
+be used either, the name ``create_ray`` does not import, and the suite reports
+``vllm-ray`` "not run" with vLLM's check (:func:`ray_refusal`), as it does a
+backend whose package is missing.
 
 This package holds the adapter (here), the worker subclasses of the C22
-injection (``workers``) and the known failures of vLLM's executors
+injection (``workers``), the platform plugin of ``vllm-ray`` (``platform``) and the known failures of vLLM's executors
 (``vllm_known_failures.txt``). It may import what ``harness.executors`` may,
 and vLLM.
 """
@@ -44,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.contract import FAIL_INIT_ENV, ExecutorConfig, declare
+from harness.executors.vllm import platform as plugin
 from harness.system.environ import environ
 from harness.system.modules import module_installed
 
@@ -61,6 +66,18 @@ CPU_DEFAULTS = {
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
 }
+
+#: How many of the plugin's Ray resource (its "devices") ``vllm-ray``'s cluster
+#: declares, whatever the world size: vLLM never removes the placement group
+#: ``initialize_ray_cluster`` creates (``RayExecutorV2.shutdown`` kills the actors
+#: alone), so with as many devices as ranks a second executor in the same
+#: process (the executor fixture's, C10's cycles) waits 1800 s (``PG_WAIT_TIMEOUT``)
+#: for devices the first still holds. 64 lets 16 executors of 4 ranks start.
+RAY_DEVICES = 64
+
+#: Ray's object store for ``vllm-ray`` (its least): vLLM passes nothing through it
+#: but the actors' replies at start-up, and Ray's default is 30 % of the RAM in /dev/shm.
+RAY_OBJECT_STORE_BYTES = 80 * 1024 * 1024
 
 _MODEL_LOCK = threading.Lock()
 _MODEL_DIR: Path | None = None
@@ -146,6 +163,8 @@ def _settings(config: ExecutorConfig, backend: str) -> dict[str, str]:
         env["VLLM_CPU_OMP_THREADS_BIND"] = _cpu_bind(config.world_size)
     if backend == "uni":
         env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    if backend == "ray" and plugin.ENABLE_ENV not in os.environ:
+        env[plugin.ENABLE_ENV] = "1"
     env.update(config.env)
     return env
 
@@ -198,11 +217,78 @@ def create_uni(config: ExecutorConfig) -> Any:
 
 def _create_ray(config: ExecutorConfig) -> Any:
     """vLLM's ``RayExecutorV2``: a Ray actor per rank, driven through vLLM's
-    shared-memory message queues (only where :func:`ray_refusal` is None)."""
-    return _create(config, "ray")
+    shared-memory message queues (only where :func:`ray_refusal` is None).
+
+    On vLLM's CPU platform this process's Ray is started here, as vLLM's own
+    ``initialize_ray_cluster`` would start it (a local cluster living as long as
+    the process, which vLLM never shuts down), plus what the suite's platform
+    plugin needs: the custom resource of its device key (:data:`RAY_DEVICES`),
+    and the actors' set-up hook. vLLM then finds Ray initialized, and skips its own
+    ``ray.init``; it copies the runtime_env to its actors."""
+    plugin.check_driver()
+    with environ(_settings(config, "ray")):
+        if plugin.is_ours():
+            _init_ray(config.world_size)
+        try:
+            return _create(config, "ray")
+        except Exception as exc:
+            missed = plugin.missed_override(exc)
+            if missed is not None:
+                raise plugin.PluginNotAppliedError(missed) from exc
+            raise
+
+
+def _init_ray(world_size: int) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    # Ray's token authentication, with a token of this cluster's own: ray.init
+    # would otherwise write one to the user's ~/.ray/auth_token. Ray's processes
+    # inherit it from here; Ray caches what it read of these settings before.
+    if not any(os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")):
+        import secrets
+
+        os.environ.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)})
+    from harness.executors.ray.executor import _reload_auth
+
+    _reload_auth()
+    ray.init(
+        _temp_dir=_ray_temp_dir(),
+        address="local",  # a cluster of its own, as vLLM starts it, whatever RAY_ADDRESS says
+        num_cpus=world_size,
+        resources={plugin.RESOURCE: float(max(RAY_DEVICES, world_size))},
+        object_store_memory=RAY_OBJECT_STORE_BYTES,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+        runtime_env={"worker_process_setup_hook": plugin.SETUP_HOOK, "env_vars": {plugin.ENABLE_ENV: "1"}},
+    )
 
 
 _create_ray.__name__ = _create_ray.__qualname__ = "create_ray"
+
+
+#: Ray's sockets live in ``<temp dir>/session_<date>_<pid>/sockets/``, and an
+#: AF_UNIX path holds 107 bytes at most: Ray's default temp dir (``$TMPDIR/ray``)
+#: under the suite's temporary folder of a test runs past that.
+_SOCKET_PATH_MAX = 107
+_RAY_SESSION_PART = len("/session_2026-12-07_23-59-57_650033_4194304/sockets/plasma_store")
+
+
+def _ray_temp_dir() -> str:
+    """Ray's temp dir for this process's cluster: Ray's default where its sockets'
+    paths fit, else a short folder under /tmp, removed at exit (after Ray's own
+    shutdown at exit, registered later, has run)."""
+    import atexit
+    import shutil
+
+    default = os.path.join(tempfile.gettempdir(), "ray")
+    if len(default) + _RAY_SESSION_PART <= _SOCKET_PATH_MAX:
+        return default
+    short = tempfile.mkdtemp(prefix="hvr-", dir="/tmp")
+    atexit.register(shutil.rmtree, short, True)
+    return short
 
 
 def _vllm_line(relpath: str, needle: str, after: str = "") -> str:
@@ -223,31 +309,20 @@ def _vllm_line(relpath: str, needle: str, after: str = "") -> str:
 def ray_refusal() -> str | None:
     """Why vLLM cannot build ``vllm-ray`` here, naming vLLM's check; None where it can.
 
+    - Ray itself: ``ParallelConfig._verify_args`` (vllm/config/parallel.py) calls
+      ``ray_utils.assert_ray_available()``, which raises ``ValueError("Failed to
+      import Ray ...")`` when Ray is not installed (``executor-harness[ray]``).
     - The platform: ``initialize_ray_cluster`` (vllm/v1/executor/ray_utils.py), the
       first step of ``RayExecutorV2._init_executor`` (and of the older
       ``RayDistributedExecutor``'s), raises ``ValueError("current platform cpu does
       not support ray.")`` when ``current_platform.ray_device_key`` is empty, which
       it is on every platform but CUDA, ROCm and XPU: ``CpuPlatform``
       (vllm/platforms/cpu.py) keeps ``Platform``'s ``""`` (vllm/platforms/interface.py,
-      "empty string means the device does not support ray"). It starts a local Ray
-      cluster first (``ray.init``), then refuses. No setting changes that key.
-    - Ray itself: ``ParallelConfig._verify_args`` (vllm/config/parallel.py) calls
-      ``ray_utils.assert_ray_available()``, which raises ``ValueError("Failed to
-      import Ray ...")`` when Ray is not installed (``executor-harness[ray]``).
+      "empty string means the device does not support ray"). No setting of vLLM
+      changes that key; the suite's platform plugin does, where it can be used
+      (:func:`harness.executors.vllm.platform.unusable` says why not), and
+      :func:`__getattr__` has asked for it before this resolves the platform.
     """
-    from vllm.platforms import current_platform
-
-    if not current_platform.ray_device_key:
-        name = current_platform.device_name
-        return (
-            f"vLLM refuses Ray on its {name} platform: initialize_ray_cluster "
-            f"({_vllm_line('v1/executor/ray_utils.py', 'if not device_str:', 'def initialize_ray_cluster')}), "
-            "RayExecutorV2's first step, checks `if not current_platform.ray_device_key` and raises "
-            f"ValueError('current platform {name} does not support ray.'); {type(current_platform).__name__} "
-            f"({type(current_platform).__module__.replace('.', '/')}.py) keeps Platform.ray_device_key = '' "
-            f"({_vllm_line('platforms/interface.py', 'ray_device_key: str =')}, 'the device does not support ray'). "
-            "vllm-ray needs vLLM's CUDA, ROCm or XPU build, with Ray"
-        )
     if not module_installed("ray"):
         return (
             "vLLM refuses distributed_executor_backend='ray' without Ray: ParallelConfig._verify_args "
@@ -255,13 +330,40 @@ def ray_refusal() -> str | None:
             "ray_utils.assert_ray_available(), which raises ValueError('Failed to import Ray ...'); "
             "Ray is not installed here: pip install 'executor-harness[vllm,ray]'"
         )
+    from vllm.platforms import current_platform
+
+    if not current_platform.ray_device_key:
+        name = current_platform.device_name
+        why = plugin.unusable() or (
+            f"{plugin.ENABLE_ENV}={os.environ[plugin.ENABLE_ENV]!r} does not ask for it"
+            if os.environ.get(plugin.ENABLE_ENV, "1") != "1"
+            else "vLLM resolved its platform in this process before it was asked for"
+        )
+        return (
+            f"vLLM refuses Ray on its {name} platform: initialize_ray_cluster "
+            f"({_vllm_line('v1/executor/ray_utils.py', 'if not device_str:', 'def initialize_ray_cluster')}), "
+            "RayExecutorV2's first step, checks `if not current_platform.ray_device_key` and raises "
+            f"ValueError('current platform {name} does not support ray.'); {type(current_platform).__name__} "
+            f"({type(current_platform).__module__.replace('.', '/')}.py) keeps Platform.ray_device_key = '' "
+            f"({_vllm_line('platforms/interface.py', 'ray_device_key: str =')}, 'the device does not support ray'), "
+            f"and the suite's platform plugin, which gives it one, cannot be used: {why}. "
+            "vllm-ray needs the plugin, or vLLM's CUDA, ROCm or XPU build, with Ray"
+        )
     return None
 
 
 def __getattr__(name: str) -> Any:
     """``create_ray`` where vLLM can run Ray; where it cannot, an ImportError with
-    the reason, which the suite reports as ``vllm-ray`` not run (harness.backends)."""
+    the reason, which the suite reports as ``vllm-ray`` not run (harness.backends).
+
+    Asks for the suite's platform plugin first (``HARNESS_VLLM_RAY_PLATFORM=1``
+    in this process, unless set already): vLLM resolves its platform once per
+    process, and the suite's processes, its test processes and vLLM's workers
+    and actors all inherit this setting. In a run that loads ``vllm-ray`` the
+    other ``vllm-*`` backends then run on the plugin's platform too, which is
+    vLLM's CPU platform but for its Ray device key, which only Ray's code reads."""
     if name == "create_ray":
+        os.environ.setdefault(plugin.ENABLE_ENV, "1")
         reason = ray_refusal()
         if reason is not None:
             raise ImportError(reason, name=__name__)
