@@ -411,6 +411,20 @@ def test_a_keeper_told_to_stop_stops_its_cluster_first() -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
+def test_a_cluster_started_with_custom_resources_declares_them() -> None:
+    """vllm-ray's cluster: the custom resource of the suite's vLLM platform plugin."""
+    from harness.executors.ray.cluster import LocalCluster
+
+    cluster = LocalCluster.start(num_cpus=1, resources={"harness_test_device": 3.0})
+    try:
+        log = Path(cluster.temp_dir, "ray-start-1.log").read_text()
+        assert '--resources={"harness_test_device": 3.0}' in " ".join(
+            psutil.Process(cluster.keeper.pid).children()[0].cmdline()
+        ), log
+    finally:
+        cluster.stop()
+
+
 _KEEPER_ON_PORTS = """
 import sys
 from harness.executors.ray import cluster

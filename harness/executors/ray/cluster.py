@@ -23,6 +23,7 @@ user's ``~/.ray/`` is neither read nor written (a fresh machine has none).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import selectors
@@ -78,17 +79,25 @@ class LocalCluster:
         }
 
     @classmethod
-    def start(cls, num_cpus: int, num_gpus: int | None = None, timeout_s: float | None = None) -> LocalCluster:
+    def start(
+        cls,
+        num_cpus: int,
+        num_gpus: int | None = None,
+        timeout_s: float | None = None,
+        resources: dict[str, float] | None = None,
+    ) -> LocalCluster:
         """Start a cluster with ``num_cpus`` logical CPUs, its address on loopback
         (Ray itself gives the node the machine's own address, not loopback's).
         ``timeout_s``: by default the keeper's own bound (:func:`ray_start_bound`, read
-        once here and handed to it) and a margin."""
+        once here and handed to it) and a margin. ``resources``: custom resources
+        of the node (``ray start --resources``)."""
         start_s = ray_start_bound()
         if timeout_s is None:
             timeout_s = start_s + 30
         death_r, death_w = os.pipe()
         gpus = "" if num_gpus is None else str(num_gpus)
-        cmd = [sys.executable, "-m", __name__, str(death_r), str(num_cpus), gpus, str(start_s)]
+        extra = json.dumps(resources) if resources else ""
+        cmd = [sys.executable, "-m", __name__, str(death_r), str(num_cpus), gpus, str(start_s), extra]
         env = dict(os.environ)
         # Its own token (the keeper makes it), whatever the caller's environment names.
         env[_AUTH_MODE] = "token"
@@ -330,7 +339,7 @@ def _start_head(
     return why
 
 
-def _keep(death_fd: int, num_cpus: str, num_gpus: str, start_s: float | None = None) -> None:
+def _keep(death_fd: int, num_cpus: str, num_gpus: str, start_s: float | None = None, resources: str = "") -> None:
     """Start the cluster within ``start_s`` (default :func:`ray_start_bound`), then keep it until told."""
     # A keeper told to stop (SIGTERM, say by a process manager) stops its cluster first.
     signal.signal(signal.SIGTERM, _terminated)
@@ -351,6 +360,8 @@ def _keep(death_fd: int, num_cpus: str, num_gpus: str, start_s: float | None = N
     ]
     if num_gpus:
         cmd.append(f"--num-gpus={num_gpus}")
+    if resources:
+        cmd.append(f"--resources={resources}")
     # The cluster's processes (actors included) keep their temporary files in
     # its folder too: they go with the cluster, even those of an actor killed
     # with its caller (C13), which cannot remove its own.
@@ -377,4 +388,4 @@ def _keep(death_fd: int, num_cpus: str, num_gpus: str, start_s: float | None = N
 
 
 if __name__ == "__main__":
-    _keep(int(sys.argv[1]), sys.argv[2], sys.argv[3], float(sys.argv[4]))
+    _keep(int(sys.argv[1]), sys.argv[2], sys.argv[3], float(sys.argv[4]), *sys.argv[5:6])
