@@ -75,10 +75,6 @@ CPU_DEFAULTS = {
 #: for devices the first still holds. 64 lets 16 executors of 4 ranks start.
 RAY_DEVICES = 64
 
-#: Ray's object store for ``vllm-ray`` (its least): vLLM passes nothing through it
-#: but the actors' replies at start-up, and Ray's default is 30 % of the RAM in /dev/shm.
-RAY_OBJECT_STORE_BYTES = 80 * 1024 * 1024
-
 _MODEL_LOCK = threading.Lock()
 _MODEL_DIR: Path | None = None
 
@@ -219,9 +215,9 @@ def _create_ray(config: ExecutorConfig) -> Any:
     """vLLM's ``RayExecutorV2``: a Ray actor per rank, driven through vLLM's
     shared-memory message queues (only where :func:`ray_refusal` is None).
 
-    On vLLM's CPU platform this process's Ray is started here, as vLLM's own
+    On vLLM's CPU platform this process's Ray is started here, where vLLM's own
     ``initialize_ray_cluster`` would start it (a local cluster living as long as
-    the process, which vLLM never shuts down), plus what the suite's platform
+    the process: vLLM never shuts it down), with what the suite's platform
     plugin needs: the custom resource of its device key (:data:`RAY_DEVICES`),
     and the actors' set-up hook. vLLM then finds Ray initialized, and skips its own
     ``ray.init``; it copies the runtime_env to its actors."""
@@ -239,56 +235,44 @@ def _create_ray(config: ExecutorConfig) -> Any:
 
 
 def _init_ray(world_size: int) -> None:
+    import atexit
+
     import ray
+
+    from harness.executors.ray.cluster import LocalCluster
+    from harness.executors.ray.executor import _reload_auth
 
     if ray.is_initialized():
         return
-    # Ray's token authentication, with a token of this cluster's own: ray.init
-    # would otherwise write one to the user's ~/.ray/auth_token. Ray's processes
-    # inherit it from here; Ray caches what it read of these settings before.
-    if not any(os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")):
-        import secrets
-
-        os.environ.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)})
-    from harness.executors.ray.executor import _reload_auth
-
+    # Under the keeper of harness.executors.ray.cluster, not ray.init's own: the
+    # dashboard and runtime-env agents that ray.init starts outlived the test's
+    # process (the suite killed them 13 s after it ended), and the keeper stops
+    # the whole cluster when this process ends, however it ends. Ray puts unix
+    # sockets under the keeper's folder, of 107 bytes at most: a test's own
+    # TMPDIR is too deep for them.
+    with environ({"TMPDIR": "/tmp"} if len(tempfile.gettempdir()) > _TMPDIR_MAX else {}):
+        cluster = LocalCluster.start(world_size, resources={plugin.RESOURCE: float(max(RAY_DEVICES, world_size))})
+    atexit.register(cluster.stop)  # after Ray's own shutdown at exit, registered later
+    driver_env = cluster.driver_env()
+    del driver_env["RAY_ADDRESS"]
+    os.environ.update(driver_env)  # its token, as vLLM's actors get this process's environment
     _reload_auth()
     ray.init(
-        _temp_dir=_ray_temp_dir(),
-        address="local",  # a cluster of its own, as vLLM starts it, whatever RAY_ADDRESS says
-        num_cpus=world_size,
-        resources={plugin.RESOURCE: float(max(RAY_DEVICES, world_size))},
-        object_store_memory=RAY_OBJECT_STORE_BYTES,
-        include_dashboard=False,
+        address=cluster.address,
+        _temp_dir=cluster.temp_dir,
         log_to_driver=False,
         configure_logging=False,
         runtime_env={"worker_process_setup_hook": plugin.SETUP_HOOK, "env_vars": {plugin.ENABLE_ENV: "1"}},
     )
 
 
+#: The deepest TMPDIR under which the keeper's folder keeps Ray's socket paths
+#: (``<TMPDIR>/hray-XXXXXXXX/session_<date>_<pid>/sockets/plasma_store``) within
+#: AF_UNIX's 107 bytes.
+_TMPDIR_MAX = 107 - len("/hray-XXXXXXXX/session_2026-12-07_23-59-57_650033_4194304/sockets/plasma_store")
+
+
 _create_ray.__name__ = _create_ray.__qualname__ = "create_ray"
-
-
-#: Ray's sockets live in ``<temp dir>/session_<date>_<pid>/sockets/``, and an
-#: AF_UNIX path holds 107 bytes at most: Ray's default temp dir (``$TMPDIR/ray``)
-#: under the suite's temporary folder of a test runs past that.
-_SOCKET_PATH_MAX = 107
-_RAY_SESSION_PART = len("/session_2026-12-07_23-59-57_650033_4194304/sockets/plasma_store")
-
-
-def _ray_temp_dir() -> str:
-    """Ray's temp dir for this process's cluster: Ray's default where its sockets'
-    paths fit, else a short folder under /tmp, removed at exit (after Ray's own
-    shutdown at exit, registered later, has run)."""
-    import atexit
-    import shutil
-
-    default = os.path.join(tempfile.gettempdir(), "ray")
-    if len(default) + _RAY_SESSION_PART <= _SOCKET_PATH_MAX:
-        return default
-    short = tempfile.mkdtemp(prefix="hvr-", dir="/tmp")
-    atexit.register(shutil.rmtree, short, True)
-    return short
 
 
 def _vllm_line(relpath: str, needle: str, after: str = "") -> str:
