@@ -61,6 +61,7 @@ def test_the_platform_is_vllm_cpu_platform_but_for_its_ray_device_key() -> None:
     assert plugin.RayCpuPlatform.ray_device_key == plugin.RESOURCE != CpuPlatform.ray_device_key == ""
 
 
+@needs_ray  # vllm-cpu 0.32's ray_executor_v2 does not import without Ray (NameError: ObjectRef)
 def test_the_overridden_method_is_vllm_name(monkeypatch: pytest.MonkeyPatch) -> None:
     """The hook replaces the method vLLM's executor calls, by the name it calls it."""
     from vllm.v1.executor import ray_executor_v2
