@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.contract import FAIL_INIT_ENV, ExecutorConfig, declare
-from harness.executors.vllm import platform as plugin
+from harness.executors.vllm._plugin_env import ENABLE_ENV
 from harness.system.environ import environ
 from harness.system.modules import module_installed
 
@@ -159,8 +159,8 @@ def _settings(config: ExecutorConfig, backend: str) -> dict[str, str]:
         env["VLLM_CPU_OMP_THREADS_BIND"] = _cpu_bind(config.world_size)
     if backend == "uni":
         env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    if backend == "ray" and plugin.ENABLE_ENV not in os.environ:
-        env[plugin.ENABLE_ENV] = "1"
+    if backend == "ray" and ENABLE_ENV not in os.environ:
+        env[ENABLE_ENV] = "1"
     env.update(config.env)
     return env
 
@@ -221,6 +221,8 @@ def _create_ray(config: ExecutorConfig) -> Any:
     plugin needs: the custom resource of its device key (:data:`RAY_DEVICES`),
     and the actors' set-up hook. vLLM then finds Ray initialized, and skips its own
     ``ray.init``; it copies the runtime_env to its actors."""
+    from harness.executors.vllm import platform as plugin
+
     plugin.check_driver()
     with environ(_settings(config, "ray")):
         if plugin.is_ours():
@@ -241,6 +243,7 @@ def _init_ray(world_size: int) -> None:
 
     from harness.executors.ray.cluster import LocalCluster
     from harness.executors.ray.executor import _reload_auth
+    from harness.executors.vllm import platform as plugin
 
     if ray.is_initialized():
         return
@@ -320,6 +323,8 @@ def ray_refusal() -> str | None:
     # platform (once per process), unless the environment says otherwise; takes
     # it back where it did not apply, so that no process started from here
     # resolves another platform than this one.
+    from harness.executors.vllm import platform as plugin
+
     asked = plugin.ENABLE_ENV not in os.environ
     if asked:
         os.environ[plugin.ENABLE_ENV] = "1"

@@ -51,6 +51,8 @@ from typing import Any
 
 from vllm.platforms.cpu import CpuPlatform
 
+from harness.executors.vllm._plugin_env import ENABLE_ENV
+
 __all__ = [
     "ENABLE_ENV",
     "ENTRY_POINT",
@@ -67,8 +69,6 @@ __all__ = [
     "unusable",
 ]
 
-#: Set to 1 (by the adapter) to make :func:`platform_plugin` pick :class:`RayCpuPlatform`.
-ENABLE_ENV = "HARNESS_VLLM_RAY_PLATFORM"
 #: The custom Ray resource standing for a CPU "device" (one per rank).
 RESOURCE = "harness_vllm_cpu"
 #: The Ray worker process set-up hook that replaces the actors' device discovery.
