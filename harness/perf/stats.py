@@ -25,6 +25,15 @@ the change is real. The price: a true change of exactly ``min_effect`` is
 flagged about half the time, so a change is caught reliably from a little
 above it.
 
+A verdict that judges several metrics (an A/B run's default: every metric of
+the caller's side its workload measures, ``Workload.judged``) fails when any of
+them is slower, so identical sides would be flagged more often than on one. It
+splits ``ALPHA`` among them (``split_alpha``, Bonferroni): each is judged at
+``ALPHA / k``, and identical sides are flagged on any of the ``k`` in at most
+``ALPHA`` of runs however the metrics move together. Only the p-value's
+threshold is split: the interval and the effect size are further conditions,
+which can only lower that rate.
+
 A stored baseline keeps its raw samples (at most ``MAX_STORED_SAMPLES``, see
 ``harness.perf.baseline``) next to their ``summary``, so that a comparison with
 a baseline runs exactly these statistics, not a weaker test on summary figures.
@@ -46,6 +55,7 @@ from harness.perf import _fields
 from harness.perf._extra import missing
 
 __all__ = [
+    "ALPHA",
     "FASTER",
     "MIN_SAMPLES",
     "NO_CHANGE",
@@ -54,7 +64,9 @@ __all__ = [
     "Summary",
     "Verdict",
     "compare",
+    "fewest_samples",
     "format_seconds",
+    "split_alpha",
     "summary",
 ]
 
@@ -67,6 +79,30 @@ NO_CHANGE: Decision = "no change"
 #: (4 against 4 gives p >= 0.029), and a bootstrap of a median resamples a
 #: handful of values.
 MIN_SAMPLES = 5
+
+#: The chance a verdict calls identical sides different: of one metric, or of
+#: all the metrics it judges together (``split_alpha``).
+ALPHA = 0.01
+
+
+def split_alpha(alpha: float, judged: int) -> float:
+    """The p-value each of ``judged`` metrics must beat so that a verdict over
+    all of them flags identical sides in at most ``alpha`` of runs: a
+    Bonferroni split, which holds however the metrics are correlated (the
+    step and the caller's CPU per step are)."""
+    if judged < 1:
+        raise ValueError(f"a verdict judges at least one metric, got {judged}")
+    return alpha / judged
+
+
+def fewest_samples(alpha: float) -> int:
+    """The fewest samples per side at which the two-sided U test can give
+    p < ``alpha`` at all: every sample of B beyond every sample of A, p = 2 / C(2n, n).
+    5 for p < 0.01, 6 for p < 0.005 (5 against 5 gives at best p = 0.0079)."""
+    n = 1
+    while 2 / math.comb(2 * n, n) >= alpha:
+        n += 1
+    return n
 
 
 # --------------------------------------------------------------------------- samples
@@ -187,6 +223,11 @@ class Verdict:
     confidence: float
 
     @property
+    def change(self) -> str:
+        """B against A in percent: ``+52.5 %``."""
+        return _percent(self.ratio)
+
+    @property
     def message(self) -> str:
         """What a failing check prints: metric, change with its interval, p, and what B was compared with."""
         text = (
@@ -221,7 +262,7 @@ def compare(
     metric: str,
     against: str,
     *,
-    alpha: float = 0.01,
+    alpha: float = ALPHA,
     min_effect: float = 0.03,
     confidence: float = 0.99,
     n_resamples: int = 9999,

@@ -17,7 +17,19 @@ import numpy as np
 import pytest
 
 import harness.perf
-from harness.perf.stats import FASTER, MIN_SAMPLES, NO_CHANGE, SLOWER, Summary, Verdict, compare, summary
+from harness.perf.stats import (
+    ALPHA,
+    FASTER,
+    MIN_SAMPLES,
+    NO_CHANGE,
+    SLOWER,
+    Summary,
+    Verdict,
+    compare,
+    fewest_samples,
+    split_alpha,
+    summary,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 AGAINST = "baseline tests/perf/baselines/x.json, recorded 2026-11-30 at abc123"
@@ -111,6 +123,21 @@ def test_constant_samples_compare_without_nan() -> None:
 def test_the_smallest_samples_can_reach_a_verdict() -> None:
     v = judge([1e-5] * MIN_SAMPLES, [2e-5] * MIN_SAMPLES)
     assert v.decision == SLOWER, v.message
+
+
+def test_alpha_is_split_among_the_metrics_judged_and_sets_the_fewest_samples() -> None:
+    # Bonferroni: two metrics judged at 0.005 each flag identical sides on
+    # either in at most 1 % of runs, whatever their correlation.
+    assert split_alpha(ALPHA, 1) == ALPHA == 0.01
+    assert split_alpha(ALPHA, 2) == 0.005
+    assert fewest_samples(0.01) == MIN_SAMPLES == 5
+    # 5 against 5, every B above every A: p = 2/252 = 0.0079, short of 0.005.
+    assert fewest_samples(0.005) == 6
+    a, b = [1e-5 * (1 + i / 100) for i in range(5)], [2e-5 * (1 + i / 100) for i in range(5)]
+    assert judge(a, b, alpha=0.005).decision == NO_CHANGE
+    assert judge([*a, 1.05e-5], [*b, 2.05e-5], alpha=0.005).decision == SLOWER
+    with pytest.raises(ValueError, match="at least one metric"):
+        split_alpha(ALPHA, 0)
 
 
 # --------------------------------------------------------------------------- the message
