@@ -644,7 +644,7 @@ def _add_bench(sub: argparse._SubParsersAction[_Parser]) -> argparse.ArgumentPar
     perf_cli.add_arguments(bench)
     bench.set_defaults(func=_bench)
     bench.epilog = exit_statuses(
-        "a gate metric significantly slower: B than A (--compare), or this run than the stored baseline"
+        "a judged metric significantly slower: B than A (--compare), or this run than the stored baseline"
     )
     return bench
 

@@ -2,8 +2,11 @@
 
 For noisy, shared machines (CI): what the machine does during the run falls on
 both sides alike, so a difference between them is the sides'. A gate fails
-when B is significantly slower than A on the chosen workload's headline metric
-(``--benchmark-compare-fail`` in pytest-benchmark's terms). Only one side is
+when B is significantly slower than A on any metric of the caller's side the
+workload measures (``Workload.judged``: the engine step's time and the
+caller's CPU per step), or on the one metric named (``gate``); the chance of
+flagging identical sides stays at ``alpha`` over all of them
+(``stats.split_alpha``). Only one side is
 alive while a batch is measured, so what a side does beside its calls (a
 spinning thread) falls on that side alone::
 
@@ -20,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.perf.runner import SETTLE_S, Side, labels_for, open_side, run_rounds
-from harness.perf.stats import MIN_SAMPLES, NO_CHANGE, SLOWER, Verdict, compare
-from harness.perf.workloads import Samples, Workload, merge
+from harness.perf.stats import ALPHA, MIN_SAMPLES, NO_CHANGE, SLOWER, Verdict, compare, fewest_samples, split_alpha
+from harness.perf.workloads import Samples, Workload, judged_metrics, merge
 from harness.system.load import load_per_cpu
 
 __all__ = ["BUSY_LOAD", "ABResult", "run_ab"]
@@ -39,22 +42,33 @@ class ABResult:
     samples: dict[str, Samples]
     #: Metric -> B against A.
     verdicts: dict[str, Verdict]
-    #: The metric the gate judges.
-    gate: str
+    #: The metrics the verdict judges: B is slower when any of them is.
+    gate: tuple[str, ...]
     #: The machine's load per CPU (1-minute average) when the run ended: above
     #: BUSY_LOAD, other work shared the cores, and the rounds' scatter may hide a change.
     load_per_cpu: float = 0.0
 
+    def __post_init__(self) -> None:
+        # One metric's name, as the gate was before a verdict judged several.
+        if isinstance(self.gate, str):
+            self.gate = (self.gate,)
+
+    @property
+    def slower(self) -> list[str]:
+        """The judged metrics on which B is slower, in the workload's order."""
+        return [metric for metric in self.gate if self.verdicts[metric].decision == SLOWER]
+
     @property
     def b_is_slower(self) -> bool:
-        return self.verdicts[self.gate].decision == SLOWER
+        return bool(self.slower)
 
     def lines(self) -> list[str]:
         out = [f"{self.workload} ws={self.world_size}: B ({self.b}) against A ({self.a})"]
         for metric, v in self.verdicts.items():
-            mark = "  <- gate" if metric == self.gate else ""
+            mark = "  <- gate" if metric in self.gate else ""
             out.append(f"  {v.decision:>9}  {v.message}{mark}")
-        if self.load_per_cpu > BUSY_LOAD and self.verdicts[self.gate].decision == NO_CHANGE:
+        judged = [self.verdicts[metric].decision for metric in self.gate]
+        if self.load_per_cpu > BUSY_LOAD and SLOWER not in judged and NO_CHANGE in judged:
             # CI once judged a call 1 ms late "no change" (interval -16 % to +69 %)
             # beside four other jobs: say so, rather than let it read as a clean bill.
             out.append(
@@ -74,7 +88,7 @@ def run_ab(
     reps: int | None = None,
     warmup: int = 10,
     gate: str | None = None,
-    alpha: float = 0.01,
+    alpha: float = ALPHA,
     min_effect: float = 0.03,
     progress: Callable[[str], None] | None = None,
     settle_s: float = SETTLE_S,
@@ -103,12 +117,24 @@ def run_ab(
     The workload is calibrated (``Workload.calibrate``) before the first
     executor starts, with nothing of either side running, and both sides
     get that calibration. ``settle_s``: the pause before each batch
-    (``run_rounds``; 0 skips the wait for quiet CPUs too)."""
+    (``run_rounds``; 0 skips the wait for quiet CPUs too).
+
+    What is judged: ``gate`` alone where one is named, else every metric of
+    the caller's side (``Workload.judged``); B is slower when any of them is.
+    ``alpha`` is the chance of flagging identical sides on any of them:
+    every metric is judged at its share (``stats.split_alpha``), the ones
+    reported but not judged too, so that each line reads on one scale."""
     la, lb = labels_for([a.text, b.text])
     w = make_workload()
-    gate = gate or w.metrics[0]
-    if gate not in w.metrics:
-        raise ValueError(f"gate metric {gate!r}: workload {w.name!r} measures {', '.join(w.metrics)}")
+    judged = judged_metrics(w, gate)
+    each = split_alpha(alpha, len(judged))
+    fewest = max(MIN_SAMPLES, fewest_samples(each))
+    if rounds < fewest:
+        # Refused before the first round: p < `each` is out of reach of fewer rounds.
+        raise ValueError(
+            f"{rounds} rounds: judging {', '.join(judged)} at p < {each:g} each needs at least {fewest} "
+            "rounds (one median per side per round)"
+        )
     kwargs: dict[str, Any] = {"reps": reps or w.default_reps, "warmup": warmup, "settle_s": settle_s}
     if progress is not None:
         kwargs["progress"] = progress
@@ -128,15 +154,16 @@ def run_ab(
             per_round[lb][metric],
             metric,
             f"A side: {a.text}",
-            alpha=alpha,
+            alpha=each,
             min_effect=min_effect,
         )
         for metric in w.metrics
         if len(per_round[la].get(metric, [])) >= MIN_SAMPLES and len(per_round[lb].get(metric, [])) >= MIN_SAMPLES
     }
-    if gate not in verdicts:
-        raise ValueError(
-            f"gate metric {gate!r} has {len(per_round[la].get(gate, []))} samples per side: "
-            f"too few to judge (at least {MIN_SAMPLES}); run more rounds"
-        )
-    return ABResult(w.name, world_size, a.text, b.text, samples, verdicts, gate, load_per_cpu())
+    for metric in judged:
+        if metric not in verdicts:
+            raise ValueError(
+                f"gate metric {metric!r} has {len(per_round[la].get(metric, []))} samples per side: "
+                f"too few to judge (at least {MIN_SAMPLES}); run more rounds"
+            )
+    return ABResult(w.name, world_size, a.text, b.text, samples, verdicts, judged, load_per_cpu())

@@ -6,15 +6,17 @@
         measure and store the baseline of this machine's fingerprint
     harness bench --compare A B [--workload engine-step] [--gate METRIC]
         both sides in one run, round by round, one side's executor alive at a time;
-        exit 1 when B is significantly slower
+        exit 1 when B is significantly slower on any metric of the caller's side
+        (engine-step: the step or the caller's CPU per step), or on METRIC alone
     harness bench --curves payload,world-size --backend mp [--plot costs.png]
         how the round trip grows with the payload (next to a plain copy) and
         with the world size; notes where cost grows faster than the work
 
 Exit status (the command line's one convention, pytest's: harness/__main__.py):
-0 when nothing is significantly slower (or a baseline was written), 1 when the
-gate metric of a comparison is, 2 interrupted, 3 an internal error, 4 bad input
-(refused before the first round: never read as "B is slower").
+0 when nothing is significantly slower (or a baseline was written), 1 when a
+judged metric of a comparison is (the last line names which), 2 interrupted, 3
+an internal error, 4 bad input (refused before the first round: never read as
+"B is slower").
 """
 
 from __future__ import annotations
@@ -25,12 +27,15 @@ import json
 import shlex
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.perf._extra import missing
-from harness.perf.stats import MIN_SAMPLES
-from harness.perf.workloads import WORKLOADS, Samples, Workload, workload
+from harness.perf.stats import ALPHA, MIN_SAMPLES, Verdict, fewest_samples, split_alpha
+from harness.perf.workloads import WORKLOADS, Samples, Workload, judged_metrics, workload
 from harness.system.paths import check_writable
+
+if TYPE_CHECKING:
+    from harness.perf.baseline import Entry
 
 __all__ = ["add_arguments", "run"]
 
@@ -54,7 +59,12 @@ def add_arguments(bench: argparse.ArgumentParser) -> None:
     g = bench.add_argument_group("workloads (tests/perf; with any of these options)")
     g.add_argument("--workload", help=f"comma-separated, of: {', '.join(WORKLOADS)}")
     g.add_argument("--compare", nargs=2, metavar=("A", "B"), help="A/B run: two backends, or one with two settings")
-    g.add_argument("--gate", help="the metric an A/B run judges (default: the workload's first)")
+    g.add_argument(
+        "--gate",
+        metavar="METRIC",
+        help="judge this metric alone (default: every metric of the caller's side: engine-step's step and "
+        "caller CPU, round-trip's latency, pipelined's time per call; B is slower when any of them is)",
+    )
     # 40 rounds of 25: the sizes behind the power figures (tests/perf/scripts/power.py).
     g.add_argument("--rounds", type=_int_at_least(1), default=40, help="alternating batches per side (default 40)")
     g.add_argument(
@@ -127,11 +137,16 @@ def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             )
     if args.compare and args.update_baseline:
         parser.error("--update-baseline records one backend's run; it does not go with --compare")
-    if args.compare and args.rounds < MIN_SAMPLES:
-        parser.error(
-            f"argument --rounds: {args.rounds}: an A/B run judges one median per round, and each side needs "
-            f"at least {MIN_SAMPLES} rounds"
-        )
+    if args.compare:
+        # Each judged metric's share of alpha sets the fewest rounds that can reach it.
+        judged = max(len(judged_metrics(make(), args.gate)) for make in makes)
+        fewest = max(MIN_SAMPLES, fewest_samples(split_alpha(ALPHA, judged)))
+        if args.rounds < fewest:
+            each = f" to reach p < {split_alpha(ALPHA, judged):g} on each of the {judged} metrics judged"
+            parser.error(
+                f"argument --rounds: {args.rounds}: an A/B run judges one median per round, and each side needs "
+                f"at least {fewest} rounds" + (each if judged > 1 else "")
+            )
     # Checked before the first round: an A/B run measures for minutes, then compares.
     needs = [("scipy", "--compare")] if args.compare else []
     needs += [("matplotlib", "--plot")] if args.plot else []
@@ -154,7 +169,7 @@ def _ab(args: argparse.Namespace, out: Callable[[str], None]) -> int:
     from harness.perf.runner import parse_side
 
     a, b = (parse_side(t, "--compare") for t in args.compare)
-    slower = False
+    results = []
     plots: dict[str, tuple[list[float], list[float]]] = {}
     verdicts: dict[str, str] = {}
     report: list[dict[str, Any]] = []
@@ -163,7 +178,7 @@ def _ab(args: argparse.Namespace, out: Callable[[str], None]) -> int:
             result = run_ab(a, b, make, ws, rounds=args.rounds, reps=args.reps, warmup=args.warmup, gate=args.gate)
             for line in result.lines():
                 out(line)
-            slower |= result.b_is_slower
+            results.append(result)
             la, lb = list(result.samples)
             for metric, verdict in result.verdicts.items():
                 plots[f"{result.workload} ws={ws} {metric}"] = (result.samples[la][metric], result.samples[lb][metric])
@@ -172,7 +187,9 @@ def _ab(args: argparse.Namespace, out: Callable[[str], None]) -> int:
                 {
                     "workload": result.workload,
                     "world_size": ws,
-                    "gate": result.gate,
+                    # A list since every metric of the caller's side is judged (one name before).
+                    "gate": list(result.gate),
+                    "slower": result.slower,
                     "verdicts": {m: v.to_dict() for m, v in result.verdicts.items()},
                     "load_per_cpu": round(result.load_per_cpu, 2),
                 }
@@ -184,8 +201,24 @@ def _ab(args: argparse.Namespace, out: Callable[[str], None]) -> int:
         out(f"plot: {args.plot}")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2), encoding="utf-8")
-    out("B is significantly slower than A" if slower else "B is not significantly slower than A")
-    return 1 if slower else 0
+    several = len(results) > 1
+    out(
+        verdict_line(
+            "B",
+            "A",
+            [(f"{r.workload} ws={r.world_size} " if several else "", r.verdicts[m]) for r in results for m in r.slower],
+            list(dict.fromkeys(m for r in results for m in r.gate)),
+        )
+    )
+    return 1 if any(r.b_is_slower for r in results) else 0
+
+
+def verdict_line(b: str, a: str, slower: list[tuple[str, Verdict]], judged: list[str]) -> str:
+    """The last line, the one a CI log shows: which judged metrics are slower
+    ("B is slower than A: caller CPU +52.5 %"), or which were judged."""
+    if slower:
+        return f"{b} is slower than {a}: " + ", ".join(f"{where}{v.metric} {v.change}" for where, v in slower)
+    return f"{b} is not significantly slower than {a} (judged: {', '.join(judged)})"
 
 
 def _record_command(args: argparse.Namespace) -> str:
@@ -206,7 +239,7 @@ def _against_baseline(args: argparse.Namespace, out: Callable[[str], None]) -> i
         store_baseline,
     )
     from harness.perf.runner import open_side, parse_side, run_rounds, split_sides
-    from harness.perf.stats import SLOWER, compare
+    from harness.perf.stats import SLOWER
 
     folder = Path(args.baseline_dir or BASELINE_FOLDER)
     fp = machine_fingerprint()
@@ -216,7 +249,8 @@ def _against_baseline(args: argparse.Namespace, out: Callable[[str], None]) -> i
         out(f"no baseline for this machine ({fp.id}) in {folder}: nothing to compare with. Record one with:")
         out(f"  {_record_command(args)}")
     baseline = stored or Baseline(fp, commit=git_commit())
-    slower = False
+    slower: list[tuple[str, Verdict]] = []
+    judged_all: list[str] = []
     plots: dict[str, tuple[list[float], list[float]]] = {}
     verdicts: dict[str, str] = {}
     for backend in split_sides(args.backend):
@@ -247,16 +281,12 @@ def _against_baseline(args: argparse.Namespace, out: Callable[[str], None]) -> i
                             f"{_record_command(args)}"
                         )
                     continue
-                for metric, values in samples.items():
-                    if metric not in entry.metrics or len(values) < 5:
-                        continue
-                    v = compare(
-                        entry.metrics[metric].samples, values, f"{w.name} ws={ws} {metric}", entry.against(path)
-                    )
-                    out(f"  {v.decision:>9}  {v.message}")
-                    slower |= v.decision == SLOWER and metric == (args.gate or w.metrics[0])
-                    plots[f"{w.name} ws={ws} {metric}"] = (list(entry.metrics[metric].samples), values)
-                    verdicts[f"{w.name} ws={ws} {metric}"] = v.message
+                for metric, v, judged in _against_entry(entry, path, w, ws, samples, args.gate):
+                    out(f"  {v.decision:>9}  {v.message}" + ("  <- gate" if judged else ""))
+                    judged_all += [v.metric] if judged else []
+                    slower += [("", v)] if judged and v.decision == SLOWER else []
+                    plots[v.metric] = (list(entry.metrics[metric].samples), samples[metric])
+                    verdicts[v.metric] = v.message
     if args.update_baseline:
         store_baseline(path, baseline)
         out(f"baseline stored: {path}")
@@ -266,7 +296,30 @@ def _against_baseline(args: argparse.Namespace, out: Callable[[str], None]) -> i
 
         plot_comparison(args.plot, plots, labels=("baseline", "this run"), title=str(path), verdicts=verdicts)
         out(f"plot: {args.plot}")
+    if judged_all:
+        out(verdict_line("this run", "the baseline", slower, judged_all))
     return 1 if slower else 0
+
+
+def _against_entry(
+    entry: Entry, path: Path, w: Workload, ws: int, samples: Samples, gate: str | None
+) -> list[tuple[str, Verdict, bool]]:
+    """This run's samples against a baseline entry's, metric by metric: (metric,
+    verdict, judged). Judged as an A/B run judges: every metric of the caller's
+    side (or ``gate`` alone), each at its share of alpha, the others reported."""
+    from harness.perf.stats import compare
+
+    judged = judged_metrics(w, gate)
+    each = split_alpha(ALPHA, len(judged))
+    out = []
+    for metric, values in samples.items():
+        if metric not in entry.metrics or len(values) < MIN_SAMPLES:
+            continue
+        v = compare(
+            entry.metrics[metric].samples, values, f"{w.name} ws={ws} {metric}", entry.against(path), alpha=each
+        )
+        out.append((metric, v, metric in judged))
+    return out
 
 
 def _print_summary(out: Callable[[str], None], backend: str, name: str, ws: int, samples: Samples) -> None:

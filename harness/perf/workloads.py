@@ -18,6 +18,16 @@ Every workload runs against any backend, through ``collective_rpc`` only:
   on the reply channel hurts: it takes the GIL and a core from the caller's
   work and the workers, while an idle-CPU check (C19) sees nothing.
 
+What a verdict judges by default (``Workload.judged``) is the caller's side:
+every metric of the process that calls the executor, since that is what an
+engine pays for. ``round-trip`` its latency, ``pipelined`` its time per call,
+``engine-step`` the step and the caller's CPU per step, not the workers' CPU.
+The caller's CPU is judged beside the step because a thread spinning beside
+the calls costs CPU before it costs time: on a quiet 2-core host it left the
+step -3 % (no change) and the caller's CPU +52 % (vLLM's executor, 40 rounds).
+The workers' CPU is reported, not judged: an executor may rightly move work
+between its caller and its workers (a spinning caller thread lowered it by 20 %).
+
 A workload is measured in batches: ``measure(ex, reps)`` returns ``reps``
 samples of its per-step metrics. The runner (``harness.perf.runner``) warms up,
 interleaves the sides of an A/B run batch by batch, and collects the samples.
@@ -46,6 +56,7 @@ __all__ = [
     "Scheduler",
     "Workload",
     "calibrate_work",
+    "judged_metrics",
     "time_calls",
     "workload",
 ]
@@ -56,8 +67,11 @@ Samples = dict[str, list[float]]
 
 class Workload(Protocol):
     name: str
-    #: Its metrics; the first is the headline, the one an A/B gate judges by default.
+    #: Its metrics; the first is the headline.
     metrics: tuple[str, ...]
+    #: The metrics a verdict judges unless told one (``--gate``): the caller's
+    #: side's; B is slower when any of them is (see the module's docstring).
+    judged: tuple[str, ...]
     #: Steps per batch unless told: a batch should last a good many milliseconds,
     #: or it is all the warming up that follows the pause before it.
     default_reps: int
@@ -118,6 +132,7 @@ class _EmptyCalls:
 class RoundTrip(_EmptyCalls):
     name: str = "round-trip"
     metrics: tuple[str, ...] = ("latency",)
+    judged: tuple[str, ...] = ("latency",)
     default_reps: int = 500
 
     def measure(self, ex: Any, world_size: int, reps: int) -> Samples:
@@ -129,6 +144,7 @@ class Pipelined(_EmptyCalls):
     depth: int = 8
     name: str = "pipelined"
     metrics: tuple[str, ...] = ("time per call",)
+    judged: tuple[str, ...] = ("time per call",)
     default_reps: int = 100
 
     def __post_init__(self) -> None:
@@ -224,6 +240,7 @@ class EngineStep:
     seed: int = 0
     name: str = "engine-step"
     metrics: tuple[str, ...] = ("step", "caller CPU", "workers CPU")
+    judged: tuple[str, ...] = ("step", "caller CPU")
     default_reps: int = 25
     #: Calibrated once (``calibrate``, or the first ``prepare``), and kept: both sides of an A/B run get the same work.
     iterations: int | None = None
@@ -295,6 +312,16 @@ def workload(name: str, where: str = "the command line") -> Workload:
     if name not in WORKLOADS:
         raise ValueError(f"unknown workload {name!r} from {where}: expected one of {', '.join(WORKLOADS)}")
     return WORKLOADS[name]()
+
+
+def judged_metrics(w: Workload, gate: str | None = None) -> tuple[str, ...]:
+    """What a verdict on ``w`` judges: ``gate`` alone where one is named (a
+    ValueError where ``w`` does not measure it), else ``w.judged``."""
+    if gate is None:
+        return w.judged
+    if gate not in w.metrics:
+        raise ValueError(f"gate metric {gate!r}: workload {w.name!r} measures {', '.join(repr(m) for m in w.metrics)}")
+    return (gate,)
 
 
 def merge(into: Samples, more: Samples) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -170,6 +171,9 @@ class _FakeExecutor:
     def __init__(self, config: Any) -> None:
         self.world_size = config.world_size
         self.step_s = float(dict(config.env)["STEP_S"])
+        #: The caller's and the workers' CPU per step (``_CallerAndWorkers``): the step's unless the env says.
+        self.cpu_s = float(dict(config.env).get("CPU_S", self.step_s))
+        self.workers_s = float(dict(config.env).get("WORKERS_S", self.step_s))
         CREATED.append((dict(config.env)["STEP_S"], len(CREATED)))
         ALIVE.append(self)
 
@@ -184,6 +188,7 @@ def fake(config: Any) -> _FakeExecutor:
 class _Steps:
     name = "steps"
     metrics = ("step",)
+    judged = ("step",)
 
     def __init__(self) -> None:
         self.calls = 0
@@ -265,8 +270,84 @@ def test_an_ab_run_with_too_few_rounds_says_so() -> None:
     from harness.perf.ab import run_ab
 
     a = parse_side("tests.unit.test_perf_runner:fake@env.STEP_S=0.001")
-    with pytest.raises(ValueError, match=r"gate metric 'step' has 3 samples per side: too few to judge \(at least 5\)"):
+    with pytest.raises(ValueError, match=r"3 rounds: judging step at p < 0.01 each needs at least 5 rounds"):
         run_ab(a, a, _Steps, 1, rounds=3, reps=5, warmup=0, progress=lambda s: None, settle_s=0)
+    # Two metrics judged, each at p < 0.005: 5 rounds against 5 give at best p = 0.0079.
+    with pytest.raises(ValueError, match=r"5 rounds: judging step, caller CPU at p < 0.005 each needs at least 6"):
+        run_ab(a, a, _CallerAndWorkers, 1, rounds=5, reps=5, warmup=0, progress=lambda s: None, settle_s=0)
+
+
+class _CallerAndWorkers(_Steps):
+    """As engine-step: the step and the caller's CPU judged, the workers' CPU reported."""
+
+    name = "caller-and-workers"
+    metrics = ("step", "caller CPU", "workers CPU")
+    judged = ("step", "caller CPU")
+
+    def measure(self, ex: Any, world_size: int, reps: int) -> Samples:
+        self.calls += 1
+        spread = [1 + 0.01 * ((self.calls + i) % 3) for i in range(reps)]
+        return {
+            "step": [ex.step_s * f for f in spread],
+            "caller CPU": [ex.cpu_s * f for f in spread],
+            "workers CPU": [ex.workers_s * f for f in spread],
+        }
+
+
+FAKE = "tests.unit.test_perf_runner:fake@env.STEP_S=0.001"
+
+
+@pytest.mark.parametrize(
+    ("b", "gate", "status", "last"),
+    [
+        # A thread spinning beside the calls: the caller's CPU, not the step (vLLM's: -3 % and +52 %).
+        (f"{FAKE},env.CPU_S=0.0015", None, 1, "B is slower than A: caller CPU +50.0 %"),
+        (f"{FAKE},env.CPU_S=0.0015", "step", 0, "B is not significantly slower than A (judged: step)"),
+        (f"{FAKE},env.CPU_S=0.0015", "caller CPU", 1, "B is slower than A: caller CPU +50.0 %"),
+        (
+            "tests.unit.test_perf_runner:fake@env.STEP_S=0.0013,env.CPU_S=0.0015",
+            None,
+            1,
+            "B is slower than A: step +30.0 %, caller CPU +50.0 %",
+        ),
+        # The workers' side is reported, not judged: the same spinning thread took CPU from the workers.
+        (
+            f"{FAKE},env.CPU_S=0.001,env.WORKERS_S=0.002",
+            None,
+            0,
+            "not significantly slower than A (judged: step, caller CPU)",
+        ),
+        (FAKE, None, 0, "B is not significantly slower than A (judged: step, caller CPU)"),
+    ],
+)
+def test_an_ab_run_judges_every_metric_of_the_callers_side_unless_one_is_named(
+    b: str,
+    gate: str | None,
+    status: int,
+    last: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    import functools
+    import json
+
+    from harness.perf import ab
+    from harness.perf.workloads import WORKLOADS
+
+    monkeypatch.setitem(WORKLOADS, "caller-and-workers", _CallerAndWorkers)
+    monkeypatch.setattr(ab, "run_ab", functools.partial(ab.run_ab, progress=lambda s: None, settle_s=0))
+    argv = ["bench", "--compare", FAKE, b, "--workload", "caller-and-workers", "--world-size", "1"]
+    # 6 rounds: the fewest at which each of two metrics can reach p < 0.005.
+    argv += ["--rounds", "6", "--reps", "5", "--warmup", "0", *(["--gate", gate] if gate else [])]
+    assert main([*argv, "--json", str(tmp_path / "ab.json")]) == status
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1].endswith(last), "\n".join(out)
+    gates = [line for line in out if line.endswith("<- gate")]
+    assert len(gates) == (1 if gate else 2), "\n".join(out)
+    (row,) = json.loads((tmp_path / "ab.json").read_text())
+    assert row["gate"] == ([gate] if gate else ["step", "caller CPU"])
+    assert bool(row["slower"]) == bool(status) and set(row["verdicts"]) == set(_CallerAndWorkers.metrics)
 
 
 def test_a_list_of_sides_keeps_each_sides_settings_together() -> None:
