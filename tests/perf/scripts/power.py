@@ -5,7 +5,9 @@
 
 For each B side, ``--runs`` A/B runs of the simulated engine step (A: plain
 ``mp``, fork; world size 1 by default, as ``test_power.py``), and how many
-flagged B slower, on the step's time and on the caller's CPU per step:
+flagged B slower, on the step's time, on the caller's CPU per step, and on
+either (the default verdict of ``harness bench --compare``, each judged at
+p < 0.005):
 
 - ``mp`` against itself: the false-alarm rate;
 - the seed's regression (``regressed:spinning_reply_thread``): the detection rate;
@@ -37,20 +39,23 @@ PLAIN = "mp@start_method=fork"
 SIZES = {"rounds": 40, "reps": 25, "warmup": 10}  # as tests/perf/test_power.py
 
 
-#: The metrics whose rates are printed: the step (the default gate) and the caller's CPU per step.
+#: The metrics whose rates are printed: those the default verdict judges, the step and the caller's CPU per step.
 METRICS = ("step", "caller CPU")
 
 
-def _rate(b: str, runs: int, world_size: int) -> tuple[dict[str, int], dict[str, list[float]]]:
-    """How many of ``runs`` A/B runs flagged B slower on each metric, and the ratios."""
+def _rate(b: str, runs: int, world_size: int) -> tuple[dict[str, int], dict[str, list[float]], int]:
+    """How many of ``runs`` A/B runs flagged B slower on each metric, the ratios,
+    and how many the default verdict flagged (either metric)."""
     flagged = dict.fromkeys(METRICS, 0)
     ratios: dict[str, list[float]] = {m: [] for m in METRICS}
+    either = 0
     for _ in range(runs):
         r = run_ab(parse_side(PLAIN), parse_side(b), EngineStep, world_size, **SIZES)
         for metric in METRICS:
             flagged[metric] += r.verdicts[metric].decision == SLOWER
             ratios[metric].append(r.verdicts[metric].ratio)
-    return flagged, ratios
+        either += r.b_is_slower
+    return flagged, ratios, either
 
 
 def main() -> None:
@@ -80,11 +85,12 @@ def main() -> None:
     for label, spec in rows:
         b = spec if "start_method" in spec else spec + ("," if "@" in spec else "@") + "start_method=fork"
         t0 = time.monotonic()
-        flagged, ratios = _rate(b, args.runs, ws)
+        flagged, ratios, either = _rate(b, args.runs, ws)
         rates = "; ".join(
             f"{m} flagged slower in {flagged[m]:2d} of {args.runs}, median ratio {statistics.median(ratios[m]):.3f}"
             for m in METRICS
         )
+        rates += f"; either (the verdict) in {either:2d} of {args.runs}"
         print(f"{label:22} {rates}; {(time.monotonic() - t0) / args.runs:.1f} s per A/B run", flush=True)
 
 

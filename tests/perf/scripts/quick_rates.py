@@ -28,9 +28,12 @@ def main() -> None:
     decisions: dict[str, int] = {}
     start = time.monotonic()
     for i in range(args.runs):
-        verdict = (result := ab(SIDES[args.side], sizes)).verdicts[result.gate]
-        decisions[str(verdict.decision)] = decisions.get(str(verdict.decision), 0) + 1
-        print(f"run {i + 1}: ratio {verdict.ratio:.3f}, {verdict.decision}", flush=True)
+        result = ab(SIDES[args.side], sizes)
+        # As `harness bench --compare` decides: slower when any judged metric is.
+        decision = "slower" if result.b_is_slower else "not slower"
+        decisions[decision] = decisions.get(decision, 0) + 1
+        ratios = ", ".join(f"{m} {result.verdicts[m].ratio:.3f} {result.verdicts[m].decision}" for m in result.gate)
+        print(f"run {i + 1}: {ratios}: {decision}", flush=True)
     took = (time.monotonic() - start) / max(1, args.runs)
     print(f"{args.side} against mp, {args.rounds} rounds: {decisions} in {args.runs} runs, {took:.1f} s a run")
 
