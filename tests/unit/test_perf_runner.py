@@ -161,6 +161,8 @@ def test_a_missing_extra_is_refused_before_the_first_round_with_the_install_comm
 # ---- A/B runs: fresh executors each round, judged on the rounds' medians ----
 
 CREATED: list[tuple[str, int]] = []
+#: What a later run of the same side costs against its stored baseline: the caller's CPU times this.
+SLOWED = {"CPU_S": 1.0}
 #: The fake executors started and not yet shut down.
 ALIVE: list[Any] = []
 
@@ -172,7 +174,7 @@ class _FakeExecutor:
         self.world_size = config.world_size
         self.step_s = float(dict(config.env)["STEP_S"])
         #: The caller's and the workers' CPU per step (``_CallerAndWorkers``): the step's unless the env says.
-        self.cpu_s = float(dict(config.env).get("CPU_S", self.step_s))
+        self.cpu_s = float(dict(config.env).get("CPU_S", self.step_s)) * SLOWED["CPU_S"]
         self.workers_s = float(dict(config.env).get("WORKERS_S", self.step_s))
         CREATED.append((dict(config.env)["STEP_S"], len(CREATED)))
         ALIVE.append(self)
@@ -293,6 +295,12 @@ class _CallerAndWorkers(_Steps):
             "workers CPU": [ex.workers_s * f for f in spread],
         }
 
+    def params(self) -> dict[str, float]:
+        return {}
+
+    def use(self, params: Any) -> None:
+        pass
+
 
 FAKE = "tests.unit.test_perf_runner:fake@env.STEP_S=0.001"
 
@@ -356,3 +364,31 @@ def test_a_list_of_sides_keeps_each_sides_settings_together() -> None:
     assert split_sides("mp,ray") == ["mp", "ray"]
     assert split_sides("mp@start_method=spawn,device=cuda,ray") == ["mp@start_method=spawn,device=cuda", "ray"]
     assert split_sides("a.b:f@env.X=1,env.Y=2, mp") == ["a.b:f@env.X=1,env.Y=2", "mp"]
+
+
+def test_a_run_against_its_baseline_judges_the_callers_side_too(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # The same side, its caller's CPU 50 % dearer than when its baseline was
+    # stored, its step the same: slower, as an A/B run judges it.
+    import functools
+
+    from harness.perf import runner
+    from harness.perf.workloads import WORKLOADS
+
+    monkeypatch.setitem(WORKLOADS, "caller-and-workers", _CallerAndWorkers)
+    monkeypatch.setattr(runner, "run_rounds", functools.partial(runner.run_rounds, progress=lambda s: None, settle_s=0))
+    argv = ["bench", "--workload", "caller-and-workers", "--backend", FAKE, "--world-size", "1"]
+    argv += ["--baseline-dir", str(tmp_path), "--rounds", "2", "--reps", "5", "--warmup", "0"]
+    assert main([*argv, "--update-baseline"]) == 0
+    capsys.readouterr()
+    assert main(argv) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "this run is not significantly slower than the baseline (judged: caller-and-workers ws=1 step, "
+        "caller-and-workers ws=1 caller CPU)"
+    )
+    monkeypatch.setitem(SLOWED, "CPU_S", 1.5)
+    assert main(argv) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "this run is slower than the baseline: caller-and-workers ws=1 caller CPU +50.0 %", "\n".join(out)
+    assert main([*argv, "--gate", "step"]) == 0
