@@ -282,6 +282,9 @@ def _against_baseline(args: argparse.Namespace, out: Callable[[str], None]) -> i
                         )
                     continue
                 for metric, v, judged in _against_entry(entry, path, w, ws, samples, args.gate):
+                    if isinstance(v, str):  # a metric the baseline measured otherwise
+                        out(f"  {'':>9}  {v}")
+                        continue
                     out(f"  {v.decision:>9}  {v.message}" + ("  <- gate" if judged else ""))
                     judged_all += [v.metric] if judged else []
                     slower += [("", v)] if judged and v.decision == SLOWER else []
@@ -303,17 +306,23 @@ def _against_baseline(args: argparse.Namespace, out: Callable[[str], None]) -> i
 
 def _against_entry(
     entry: Entry, path: Path, w: Workload, ws: int, samples: Samples, gate: str | None
-) -> list[tuple[str, Verdict, bool]]:
+) -> list[tuple[str, Verdict | str, bool]]:
     """This run's samples against a baseline entry's, metric by metric: (metric,
     verdict, judged). Judged as an A/B run judges: every metric of the caller's
-    side (or ``gate`` alone), each at its share of alpha, the others reported."""
+    side (or ``gate`` alone), each at its share of alpha, the others reported;
+    a metric the baseline measured another way gets a note, not a verdict."""
     from harness.perf.stats import compare
 
     judged = judged_metrics(w, gate)
     each = split_alpha(ALPHA, len(judged))
-    out = []
+    out: list[tuple[str, Verdict | str, bool]] = []
+    comparable = getattr(w, "comparable", None)
     for metric, values in samples.items():
         if metric not in entry.metrics or len(values) < MIN_SAMPLES:
+            continue
+        why = comparable(metric, entry.params) if comparable is not None else None
+        if why is not None:
+            out.append((metric, f"{w.name} ws={ws} {metric}: not compared: {why}; re-record the baseline", False))
             continue
         v = compare(
             entry.metrics[metric].samples, values, f"{w.name} ws={ws} {metric}", entry.against(path), alpha=each

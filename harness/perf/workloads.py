@@ -13,7 +13,7 @@ Every workload runs against any backend, through ``collective_rpc`` only:
   of its input channel for new requests, which lets go of the GIL as an
   engine loop's socket poll does), then collects the step and sends the next. Metrics:
   ``step`` (wall time), ``caller CPU`` (the caller's process, all its threads,
-  per step) and ``workers CPU`` (every worker's process together, per step,
+  per step, over the whole batch: one sample per batch) and ``workers CPU`` (every worker's process together, per step,
   one sample per batch). This is the workload where a driver thread spinning
   on the reply channel hurts: it takes the GIL and a core from the caller's
   work and the workers, while an idle-CPU check (C19) sees nothing.
@@ -230,6 +230,10 @@ def calibrate_work(seconds: float, timer: Callable[[], float] = time.perf_counte
     return max(1, round(seconds / (fastest / probe)))
 
 
+#: The parameter that marks an engine-step baseline whose caller CPU is per batch.
+CALLER_CPU_PER_BATCH = "caller_cpu_per_batch"
+
+
 @dataclass
 class EngineStep:
     #: The caller's work per step, in seconds on this machine (calibrated once, at prepare).
@@ -270,19 +274,23 @@ class EngineStep:
         assert self._scheduler is not None, "engine-step: measure() before prepare()"
         work = self._scheduler.work
         step_args = (self._key, world_size)
-        steps, caller = [], []
+        steps = []
         before = sum(ex.collective_rpc(_probes.cpu_seconds))
         pending = ex.collective_rpc(_probes.model_step, args=step_args, non_block=True)
+        c0 = time.process_time()
         for _ in range(reps):
-            t0, c0 = time.perf_counter(), time.process_time()
+            t0 = time.perf_counter()
             work(iterations)
             pending.result()
             pending = ex.collective_rpc(_probes.model_step, args=step_args, non_block=True)
             steps.append(time.perf_counter() - t0)
-            caller.append(time.process_time() - c0)
+        # The caller's CPU over the whole batch, per step (one sample per batch, as
+        # the workers'): a thread beside the calls burns in bursts between steps'
+        # measurements as well as during them, which per-step medians miss.
+        caller = (time.process_time() - c0) / max(reps, 1)
         pending.result()
         workers = (sum(ex.collective_rpc(_probes.cpu_seconds)) - before) / max(reps, 1)
-        return {"step": steps, "caller CPU": caller, "workers CPU": [workers]}
+        return {"step": steps, "caller CPU": [caller], "workers CPU": [workers]}
 
     def finish(self, ex: Any) -> None:
         ex.collective_rpc(_probes.drop_model, args=(self._key,))
@@ -291,7 +299,19 @@ class EngineStep:
             self._scheduler = None
 
     def params(self) -> dict[str, float]:
-        return {"iterations": float(self.iterations)} if self.iterations is not None else {}
+        # CALLER_CPU_PER_BATCH marks a baseline whose caller CPU is one sample per
+        # batch: one recorded before holds per-step samples, not comparable.
+        out = {CALLER_CPU_PER_BATCH: 1.0}
+        if self.iterations is not None:
+            out["iterations"] = float(self.iterations)
+        return out
+
+    def comparable(self, metric: str, params: Mapping[str, float]) -> str | None:
+        """Why ``metric`` of a baseline recorded with ``params`` cannot be judged
+        against this run's; None where it can."""
+        if metric == "caller CPU" and CALLER_CPU_PER_BATCH not in params:
+            return "the baseline measured it per step, this run per batch (since the caller's CPU counts bursts)"
+        return None
 
     def use(self, params: Mapping[str, float]) -> None:
         # The baseline's calibration, not this process's: calibrations differ

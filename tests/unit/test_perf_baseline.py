@@ -189,7 +189,7 @@ def test_an_entry_keeps_the_workloads_parameters_so_a_comparison_does_the_same_w
     e = Entry.measured("mp", "engine-step", 1, "cpu", {"step": latencies(0)}, commit="abc", params=recorded.params())
     path = stored(tmp_path, e)
     back = load_baseline(path).lookup("mp", "engine-step", 1, "cpu")
-    assert back is not None and back.params == {"iterations": 12345.0}
+    assert back is not None and back.params == {"caller_cpu_per_batch": 1.0, "iterations": 12345.0}
     later = EngineStep()
     later.use(back.params)
     assert later.iterations == 12345
@@ -356,3 +356,15 @@ def test_storing_creates_the_folder(tmp_path: Path) -> None:
     path = baseline_path(tmp_path / "tests" / "perf" / "baselines", HERE)
     store_baseline(path, Baseline(HERE).with_entry(entry()))
     assert load_baseline(path).lookup("mp", "empty-call", 2, "cpu") is not None
+
+
+def test_a_baseline_whose_caller_cpu_was_measured_per_step_is_not_judged_on_it() -> None:
+    # Recorded before the caller's CPU became one sample per batch: its per-step
+    # samples miss the bursts a thread beside the calls burns, and would read a
+    # batch's mean as slower.
+    from harness.perf.workloads import EngineStep
+
+    work = EngineStep()
+    assert work.comparable("caller CPU", {"iterations": 1.0}) is not None
+    assert work.comparable("caller CPU", work.params()) is None
+    assert work.comparable("step", {"iterations": 1.0}) is None
