@@ -207,6 +207,11 @@ def environment() -> dict[str, str]:
     found[CPU_LOG_ENV] = "a file each isolated test's CPU and wall time by phase is appended to (JSON lines)"
     # harness/executors/ray/__init__.py's SESSION_CLUSTER_ENV: imported, that module looks for Ray.
     found["HARNESS_RAY_SESSION_CLUSTER"] = "0: each Ray executor starts its own cluster, not one for the run"
+    # harness/executors/vllm/_plugin_env.py's ENABLE_ENV: imported, that package imports vLLM.
+    found["HARNESS_VLLM_RAY_PLATFORM"] = (
+        "1 (what loading vllm-ray sets, unless given): vLLM resolves the suite's platform plugin, its CPU "
+        "platform with a Ray device key; any other value: vLLM's platform as installed"
+    )
     found[PROGRESS_VARIABLE] = "seconds after which, and as often again, a still-running test is named (30)"
     return found
 
