@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from harness.conformance._markers import leave
@@ -585,6 +586,22 @@ def _thread_name(tid: int) -> str:
     return python or kernel or f"tid {tid}"
 
 
+def idle_windows(over_s: float, windows: int, skip: int | None = None) -> Iterator[dict[str, Any]]:
+    """This whole process over ``windows`` windows of ``over_s`` one after the
+    other, each figure yielded as its window ends (what follows a yield falls in
+    the next window): ``cpu_s`` over ``wall_s``, ``began`` and ``ended``
+    (wall-clock), ``pid``, and the busiest thread but ``skip``
+    (:func:`busiest_thread`). C19 judges the caller so, C25 each rank."""
+    runnable0, cpu0, t0, began = threads_runnable_ns(), _process_cpu_s(), time.monotonic(), time.time()
+    for _ in range(windows):
+        time.sleep(over_s)
+        cpu1, t1, runnable1, ended = _process_cpu_s(), time.monotonic(), threads_runnable_ns(), time.time()
+        figure = {"cpu_s": cpu1 - cpu0, "wall_s": t1 - t0, "began": began, "ended": ended, "pid": os.getpid()}
+        figure.update(busiest_thread(runnable0, runnable1, t1 - t0, skip=skip))
+        yield figure
+        runnable0, cpu0, t0, began = runnable1, cpu1, t1, ended
+
+
 def measure_idle_cpu(worker: Any, key: str, after_s: float, over_s: float, windows: int = 1) -> int:
     """Starts a thread that, ``after_s`` from now, measures this rank's whole
     process over ``over_s``, and again over each of ``windows - 1`` more such
@@ -607,16 +624,7 @@ def measure_idle_cpu(worker: Any, key: str, after_s: float, over_s: float, windo
 
     def measure() -> None:
         time.sleep(after_s)
-        me = threading.get_native_id()
-        runnable0, cpu0, t0, began = threads_runnable_ns(), _process_cpu_s(), time.monotonic(), time.time()
-        figures: list[dict[str, Any]] = []
-        for _ in range(max(1, windows)):
-            time.sleep(over_s)
-            cpu1, t1, runnable1, ended = _process_cpu_s(), time.monotonic(), threads_runnable_ns(), time.time()
-            figure = {"cpu_s": cpu1 - cpu0, "wall_s": t1 - t0, "began": began, "ended": ended, "pid": os.getpid()}
-            figure.update(busiest_thread(runnable0, runnable1, t1 - t0, skip=me))
-            figures.append(figure)
-            runnable0, cpu0, t0, began = runnable1, cpu1, t1, ended
+        figures = list(idle_windows(over_s, max(1, windows), skip=threading.get_native_id()))
         # The first window's figure at the top, the later ones under "later".
         found.update(figures[0], later=figures[1:])
 

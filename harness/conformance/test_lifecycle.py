@@ -609,19 +609,12 @@ def _expect_an_idle_caller(returned: float, windows: int, what: str) -> None:
     other, from 0.5 s after ``returned``, each judged on its own."""
     __tracebackhide__ = True
     time.sleep(0.5)  # let any post-call activity settle
-    me = psutil.Process()
-    runnable0, c0, t0, began = probes.threads_runnable_ns(), sum(me.cpu_times()[:2]), time.monotonic(), time.time()
-    for _ in range(windows):
-        time.sleep(CALLER_WINDOW_S)
-        c1, t1, runnable1, ended = sum(me.cpu_times()[:2]), time.monotonic(), probes.threads_runnable_ns(), time.time()
-        figure = {"cpu_s": c1 - c0, "wall_s": t1 - t0, "began": began, "ended": ended}
-        figure.update(probes.busiest_thread(runnable0, runnable1, t1 - t0))
+    for figure in probes.idle_windows(CALLER_WINDOW_S, windows):
         burning = _burning(f"the idle caller (pid {os.getpid()})", figure, returned, IDLE_CALLER_SHARE)
         assert burning is None, (
             f"{what} must burn no caller CPU (C19: under {100 * IDLE_CALLER_SHARE:g} % of one core over "
             f"{CALLER_WINDOW_S:g} s; no thread that never sleeps): {burning}"
         )
-        runnable0, c0, t0, began = runnable1, c1, t1, ended
 
 
 #: SPEC.md's C25: once no call has been in flight this long, ...
@@ -710,22 +703,18 @@ def test_c25_idle_workers_sleep(executor: Any, world_size: int, request: pytest.
     )
     missing = [f"rank {r}: {f['missing']}" for r, f in enumerate(figures) if "missing" in f]
     assert not missing, "no idle-CPU figure from " + "; ".join(missing)
-    judged = (
-        _burning(f"rank {r} (pid {f['pid']})", window, returned)
-        for r, f in enumerate(figures)
-        for window in (f, *f.get("later", ()))
-    )
+    windows = [[f, *f.get("later", ())] for f in figures]  # each rank's, in order
+    judged = (_burning(f"rank {r} (pid {f['pid']})", w, returned) for r, f in enumerate(figures) for w in windows[r])
     burning = [found for found in judged if found is not None]
     assert not burning, (
         f"idle workers must sleep (C25: under {100 * IDLE_WORKER_SHARE:g} % of one core over {IDLE_WINDOW_S:g} s, "
         f"once no call has been in flight for {IDLE_AFTER_S:g} s; no thread that never sleeps): " + "; ".join(burning)
     )
     shares = ", ".join(
-        f"rank {r} " + " / ".join(f"{100 * w['cpu_s'] / w['wall_s']:.2f} %" for w in (f, *f.get("later", ())))
-        for r, f in enumerate(figures)
+        f"rank {r} " + " / ".join(f"{100 * w['cpu_s'] / w['wall_s']:.2f} %" for w in ws) for r, ws in enumerate(windows)
     )
     since = min(f["began"] for f in figures) - returned
-    until = max(w["ended"] for f in figures for w in (f, *f.get("later", ()))) - returned
+    until = max(ws[-1]["ended"] for ws in windows) - returned
     note = (
         f"idle CPU in {IDLE_WINDOW_S:g} s windows, from {since:.1f} s to {until:.1f} s after the last call "
         f"returned: {shares}"

@@ -58,8 +58,8 @@ NOT_RUN = Outcome.NOT_RUN
 FILTERED_OUT = "filtered out"
 #: How to run the tests a filter left out, where the run's own filters are not known.
 RUN_THE_REST = "every test of every variant: `python -m harness conform --full` (from a clone: `make conform-full`)"
-#: The summary's order: what asks for work first, what did not run last (as the HTML page's badges);
-#: a blocked cell comes second.
+#: The order cells are counted in (:meth:`ClauseMatrix.tally`: the summary line, the HTML
+#: page's badges): what asks for work first, what did not run last; a blocked cell comes second.
 _SUMMARY_ORDER: dict[str, int] = {FAIL: 0, DECLARED: 2, NOT_APPLICABLE: 3, PASS: 4, NOT_RUN: 5}
 #: The outcomes a filtered-out test could still overturn: their cells say how much of them ran.
 _PARTLY_SHOWN = (Outcome.PASS, Outcome.NOT_APPLICABLE)
@@ -175,10 +175,8 @@ class ClauseMatrix:
 
     def coverage(self, clause: str, column: str) -> tuple[int, int]:
         """(tests of the cell that were not filtered out, tests of the cell)."""
-        results = self.cells.get((clause, column), [])
-        tests = {r.test for r in results}
-        ran = {r.test for r in results if not is_filtered(r)}
-        return len(ran), len(tests)
+        tests = {r.test for r in self.cells.get((clause, column), [])}
+        return len(tests) - len(self.filtered_tests(clause, column)), len(tests)
 
     def filtered_tests(self, clause: str, column: str) -> list[str]:
         """The cell's tests the run filtered out, sorted."""
@@ -203,14 +201,16 @@ class ClauseMatrix:
         return outcome
 
     def tally(self, columns: Iterable[str] | None = None) -> dict[str, int]:
-        """Outcome -> how many cells read it, in ``columns`` (default: all)."""
+        """Outcome -> how many cells read it, in ``columns`` (default: all), the
+        most actionable outcome first (FAIL, blocked, declared, not applicable,
+        pass, not run: a run that checked little must not open on its gaps)."""
         wanted = set(self.columns if columns is None else columns)
         counts: dict[str, int] = {}
         for clause, column in self.cells:
             if column in wanted:
                 outcome = str(self.outcome(clause, column))
                 counts[outcome] = counts.get(outcome, 0) + 1
-        return counts
+        return dict(sorted(counts.items(), key=lambda kv: (_summary_order(kv[0]), kv[0])))
 
     def partly_run_cells(self, columns: Iterable[str] | None = None) -> list[tuple[str, str]]:
         """The cells of ``columns`` (default: all) that ran partly, in clause then column order."""
@@ -246,7 +246,7 @@ class ClauseMatrix:
             outcome = str(self.outcome(clause, column))
             partly[outcome] = partly.get(outcome, 0) + 1
         parts = []
-        for outcome, n in sorted(counts.items(), key=lambda kv: (_summary_order(kv[0]), kv[0])):
+        for outcome, n in counts.items():
             part = f"{outcome} {n}"
             if partly.get(outcome):
                 part += f" ({partly[outcome]} of them partly run)"
@@ -325,27 +325,7 @@ class ClauseMatrix:
             "settings": self.settings,
             "outcomes": list(OUTCOMES),
             "clauses": {
-                clause: {
-                    col: {
-                        "outcome": self.outcome(clause, col),
-                        "label": self.label(clause, col),
-                        "ran": self.coverage(clause, col)[0],
-                        "of": self.coverage(clause, col)[1],
-                        "filtered": self.filtered_tests(clause, col),
-                        "notes": [
-                            f"{r.test}: {r.note}" if r.test and r.note else r.test or r.note
-                            for r in self.cells[(clause, col)]
-                            if r.outcome != PASS or r.note
-                        ],
-                        "tests": [
-                            {"test": r.test, "outcome": r.outcome, "note": r.note}
-                            | ({"detail": r.detail} if r.detail else {})
-                            for r in self.cells[(clause, col)]
-                        ],
-                    }
-                    for col in self.columns
-                    if (clause, col) in self.cells
-                }
+                clause: {col: self._cell_json(clause, col) for col in self.columns if (clause, col) in self.cells}
                 for clause in self.clauses
             },
             "failed": [f"{cl} [{col}]" for cl, col in self.failed()],
@@ -353,6 +333,27 @@ class ClauseMatrix:
             "filters": list(self.filters),
             "not_checked": dict(self.not_checked),
             "removed": {backend: dict(tally) for backend, tally in sorted(self.removed.items())},
+        }
+
+    def _cell_json(self, clause: str, column: str) -> dict[str, Any]:
+        """One cell of :meth:`to_json`: its outcome, label and coverage, its notes, every test's result."""
+        results = self.cells[(clause, column)]
+        ran, of = self.coverage(clause, column)
+        return {
+            "outcome": self.outcome(clause, column),
+            "label": self.label(clause, column),
+            "ran": ran,
+            "of": of,
+            "filtered": self.filtered_tests(clause, column),
+            "notes": [
+                f"{r.test}: {r.note}" if r.test and r.note else r.test or r.note
+                for r in results
+                if r.outcome != PASS or r.note
+            ],
+            "tests": [
+                {"test": r.test, "outcome": r.outcome, "note": r.note} | ({"detail": r.detail} if r.detail else {})
+                for r in results
+            ],
         }
 
     def render_markdown(self) -> str:

@@ -152,19 +152,6 @@ def _worst_first(outcome: str) -> int:
     return len(order) - order.index(css_of(outcome))
 
 
-#: The badges' order: what asks for work first, what is settled after, and what
-#: did not run last (a run that checked little must not open on its gaps).
-_TALLY_ORDER = ("fail", "blocked", "declared", "na", "pass", "notrun")
-
-
-def tally(cells: list[_Cell]) -> list[tuple[str, int]]:
-    """(outcome, cells) of ``cells``, the most actionable outcome first."""
-    counts: dict[str, int] = {}
-    for cell in cells:
-        counts[cell.outcome] = counts.get(cell.outcome, 0) + 1
-    return sorted(counts.items(), key=lambda kv: (_TALLY_ORDER.index(css_of(kv[0])), kv[0]))
-
-
 def page_folds(matrix: ClauseMatrix) -> list[Fold]:
     """The terminal's folds (:func:`harness.report.terminal.folds`), unless they
     would fold every column: a matrix of nothing but a note hides the one table
@@ -206,10 +193,10 @@ def render_page(matrix: ClauseMatrix, title: str = "harness conformance report")
             cells=cells,
             folds=fold_list,
             folded=folded,
-            tally=tally([c for c in cells if c.column not in folded]),
+            tally=list(matrix.tally(c for c in matrix.columns if c not in folded).items()),
             partly=[c for c in cells if c.column not in folded and c.ran and c.filtered],
             coverage=matrix.coverage_line([c for c in matrix.columns if c not in folded]) or "",
-            folded_tally=tally([c for c in cells if c.column in folded]),
+            folded_tally=list(matrix.tally(folded).items()),
             css_of=css_of,
             not_checked=sorted(matrix.not_checked.items()),
             removed=matrix.removed_lines(),

@@ -111,13 +111,13 @@ class Fold:
 def fold_reasons(matrix: ClauseMatrix, columns: list[str] | tuple[str, ...]) -> tuple[str, ...]:
     """The distinct reasons the tests of ``columns`` give for not running; a test
     filtered out of the run (``-k``, ``-m``) says so once, where nothing else does."""
-    from harness.report import FILTERED_OUT
+    from harness.report import is_filtered
 
     reasons: list[str] = []
     filtered = False
     for (_, column), results in matrix.cells.items():
         for r in results if column in columns else ():
-            if r.note == FILTERED_OUT:
+            if is_filtered(r):
                 filtered = True
             elif r.note and r.note not in reasons:
                 reasons.append(r.note)
